@@ -1,0 +1,600 @@
+package branch
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// A commit moves a branch's delta into its parent: into the base directory
+// itself when the parent is main, else into the parent's delta. It is a redo
+// log: the plan is written to STORE/journal.json and synced before anything
+// moves, every step can run again after a crash with the same result, and
+// Open replays a journal it finds. A crash before the journal is durable
+// leaves the branch live and the parent untouched; after it, the commit is
+// finished on the next mount. Moves are renames within one filesystem, so
+// their cost does not depend on file size.
+
+type opKind string
+
+const (
+	// opRemove deletes Dst recursively (a tombstone committed into main).
+	opRemove opKind = "remove"
+	// opReplace moves Src over Dst, removing what Dst held first. Once Src
+	// is gone the move has happened, which makes the step repeatable.
+	opReplace opKind = "replace"
+	// opMeta sets a directory's mode, owner, times and xattrs.
+	opMeta opKind = "meta"
+)
+
+type dirMeta struct {
+	Mode   uint32            `json:"mode"`
+	Uid    uint32            `json:"uid"`
+	Gid    uint32            `json:"gid"`
+	Atime  int64             `json:"atime_ns"`
+	Mtime  int64             `json:"mtime_ns"`
+	Xattrs map[string][]byte `json:"xattrs,omitempty"`
+}
+
+type op struct {
+	Kind opKind `json:"kind"`
+	Src  string `json:"src,omitempty"` // relative to the branch's delta
+	Dst  string `json:"dst"`           // relative to the target
+	// Opaque: the moved directory must hide what lies below the target.
+	Opaque bool `json:"opaque,omitempty"`
+	// Scrub: the moved tree lands in the base, where tombstones and opaque
+	// markers mean nothing and must not stay.
+	Scrub bool     `json:"scrub,omitempty"`
+	Meta  *dirMeta `json:"meta,omitempty"`
+}
+
+type journal struct {
+	Branch   string `json:"branch"`
+	Parent   string `json:"parent"`
+	NewEpoch uint64 `json:"new_epoch"` // the parent's epoch once committed
+	Ops      []op   `json:"ops"`
+}
+
+func (s *Store) journalPath() string { return filepath.Join(s.dir, "journal.json") }
+
+// failpoint kills the process, as kill -9 would, at a named step.
+func (s *Store) failpoint(name string) {
+	if s.Failpoint != "" && s.Failpoint == name {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+}
+
+// CommitResult tells what a commit changed, for cache invalidation.
+type CommitResult struct {
+	Parent string
+	Paths  []string // top-most changed paths, relative to the parent view
+	Stale  []string // siblings and their descendants that lost
+}
+
+// Commit applies branch name's delta to its parent. The first sibling to
+// commit wins; the others, and their descendants, become stale.
+func (s *Store) Commit(name string) (*CommitResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, err := s.lookupBranch(name)
+	if err != nil {
+		return nil, err
+	}
+	if b.isMain() {
+		return nil, &BranchError{"commit", name, ErrMainView}
+	}
+	switch b.State() {
+	case Stale:
+		return nil, &BranchError{"commit", name, ErrStale}
+	case Committed, Aborted:
+		return nil, &BranchError{"commit", name, ErrGone}
+	}
+	if b.liveChildren.Load() > 0 {
+		return nil, &BranchError{"commit", name, ErrBusy}
+	}
+	p := b.parent
+	target := p.view.layers[0]
+	src := b.view.layers[0]
+	j := &journal{Branch: name, Parent: p.meta.Name, NewEpoch: p.epoch() + 1}
+	if err := planDir(src, target, "", !p.isMain(), j); err != nil {
+		return nil, &BranchError{"commit", name, err}
+	}
+	if err := writeJSON(s.journalPath(), j); err != nil {
+		return nil, &BranchError{"commit", name, err}
+	}
+	s.failpoint("commit-journaled")
+	if err := s.apply(j, src, target); err != nil {
+		// The journal stays: the next mount finishes the commit.
+		return nil, &BranchError{"commit", name, fmt.Errorf("applying journal: %w", err)}
+	}
+	res := &CommitResult{Parent: p.meta.Name}
+	for _, o := range j.Ops {
+		res.Paths = append(res.Paths, o.Dst)
+	}
+	for _, c := range s.children(p) {
+		if c != b && c.State() == Live {
+			res.Stale = append(res.Stale, s.markStale(c)...)
+		}
+	}
+	if err := s.finish(j); err != nil {
+		return nil, &BranchError{"commit", name, err}
+	}
+	return res, nil
+}
+
+// markStale makes c and its live descendants stale. The caller holds s.mu.
+func (s *Store) markStale(c *Branch) []string {
+	out := []string{c.meta.Name}
+	if c.State() == Live {
+		c.parent.liveChildren.Add(-1)
+	}
+	c.state.Store(int32(Stale))
+	for _, g := range s.children(c) {
+		if g.State() == Live {
+			out = append(out, s.markStale(g)...)
+		}
+	}
+	return out
+}
+
+// planDir lists the steps that merge src's directory rel into target's.
+// Tombstones go first so that a name is never briefly doubled.
+func planDir(src, target *layer, rel string, targetIsDelta bool, j *journal) error {
+	names, err := src.names(rel)
+	if err != nil {
+		return err
+	}
+	var later []op
+	for _, n := range names {
+		p := joinRel(rel, n)
+		st, err := src.lstat(p)
+		if err != nil {
+			return err
+		}
+		tst, terr := target.lstat(p)
+		targetHas := terr == nil
+		if terr != nil && !isNotExist(terr) {
+			return terr
+		}
+		switch {
+		case isWhiteout(&st) && !targetIsDelta:
+			if targetHas {
+				j.Ops = append(j.Ops, op{Kind: opRemove, Dst: p})
+			}
+		case isWhiteout(&st):
+			j.Ops = append(j.Ops, op{Kind: opReplace, Src: p, Dst: p})
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+			later = append(later, op{Kind: opReplace, Src: p, Dst: p})
+		default:
+			opaque := src.isOpaque(p)
+			targetDir := targetHas && tst.Mode&unix.S_IFMT == unix.S_IFDIR && !(targetIsDelta && isWhiteout(&tst))
+			if targetDir && !opaque {
+				if err := planDir(src, target, p, targetIsDelta, j); err != nil {
+					return err
+				}
+				m, err := readDirMeta(src, p, &st)
+				if err != nil {
+					return err
+				}
+				later = append(later, op{Kind: opMeta, Dst: p, Meta: m})
+				continue
+			}
+			later = append(later, op{
+				Kind:   opReplace, Src: p, Dst: p,
+				Opaque: targetIsDelta && (opaque || targetHas),
+				Scrub:  !targetIsDelta,
+			})
+		}
+	}
+	j.Ops = append(j.Ops, later...)
+	return nil
+}
+
+func readDirMeta(l *layer, rel string, st *unix.Stat_t) (*dirMeta, error) {
+	m := &dirMeta{Mode: st.Mode & 07777, Uid: st.Uid, Gid: st.Gid, Atime: st.Atim.Nano(), Mtime: st.Mtim.Nano()}
+	fd, err := l.open(rel, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	names, _ := listXattrs(procPath(fd))
+	for _, n := range names {
+		if IsInternalXattr(n) {
+			continue
+		}
+		if v, err := getXattr(procPath(fd), n); err == nil {
+			if m.Xattrs == nil {
+				m.Xattrs = map[string][]byte{}
+			}
+			m.Xattrs[n] = v
+		}
+	}
+	return m, nil
+}
+
+// apply runs a journal's steps; every one may already have happened.
+func (s *Store) apply(j *journal, src, target *layer) error {
+	for i, o := range j.Ops {
+		var err error
+		switch o.Kind {
+		case opRemove:
+			err = target.removeAll(o.Dst)
+		case opReplace:
+			err = replace(src, target, o)
+		case opMeta:
+			err = target.setDirMeta(o.Dst, o.Meta)
+		default:
+			err = fmt.Errorf("unknown journal step %q", o.Kind)
+		}
+		if err != nil {
+			return fmt.Errorf("step %d (%s %s): %w", i, o.Kind, o.Dst, err)
+		}
+		s.failpoint("commit-step-" + strconv.Itoa(i))
+	}
+	s.failpoint("commit-applied")
+	return nil
+}
+
+func replace(src, target *layer, o op) error {
+	spfd, sname, err := src.parent(o.Src)
+	if err != nil && !isNotExist(err) {
+		return err
+	}
+	if err == nil {
+		defer unix.Close(spfd)
+		var st unix.Stat_t
+		if err := unix.Fstatat(spfd, sname, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+			if err := target.removeAll(o.Dst); err != nil {
+				return err
+			}
+			tpfd, tname, err := target.parent(o.Dst)
+			if err != nil {
+				return err
+			}
+			err = unix.Renameat(spfd, sname, tpfd, tname)
+			unix.Close(tpfd)
+			if err != nil {
+				return err
+			}
+		} else if !isNotExist(err) {
+			return err
+		}
+	}
+	if o.Opaque {
+		return target.setOpaque(o.Dst)
+	}
+	if o.Scrub {
+		return target.scrub(o.Dst)
+	}
+	return nil
+}
+
+// removeAll deletes rel and everything below it, beneath the layer root.
+func (l *layer) removeAll(rel string) error {
+	pfd, name, err := l.parent(rel)
+	if isNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	return removeAt(pfd, name)
+}
+
+func removeAt(pfd int, name string) error {
+	err := unix.Unlinkat(pfd, name, 0)
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	names, err := fdNames(fd)
+	if err == nil {
+		for _, n := range names {
+			if err = removeAt(fd, n); err != nil {
+				break
+			}
+		}
+	}
+	unix.Close(fd)
+	if err != nil {
+		return err
+	}
+	if err := unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	return nil
+}
+
+// scrub removes tombstones and opaque markers from a tree moved into the
+// base, where nothing lies below to hide.
+func (l *layer) scrub(rel string) error {
+	st, err := l.lstat(rel)
+	if isNotExist(err) || err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	fd, err := l.open(rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Removexattr(procPath(fd), opaqueXattr); err != nil && !errors.Is(err, unix.ENODATA) {
+		return err
+	}
+	ents, err := l.readDirTyped(rel)
+	if err != nil {
+		return err
+	}
+	for _, d := range ents {
+		switch d.Type {
+		case syscall.DT_CHR:
+			var cst unix.Stat_t
+			if unix.Fstatat(fd, d.Name, &cst, unix.AT_SYMLINK_NOFOLLOW) == nil && isWhiteout(&cst) {
+				if err := unix.Unlinkat(fd, d.Name, 0); err != nil {
+					return err
+				}
+			}
+		case syscall.DT_DIR:
+			if err := l.scrub(joinRel(rel, d.Name)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (l *layer) setDirMeta(rel string, m *dirMeta) error {
+	pfd, name, err := l.parent(rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	if name == "" {
+		name = "."
+	}
+	if err := unix.Fchownat(pfd, name, int(m.Uid), int(m.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil && !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	if err := chmodAt(pfd, name, m.Mode); err != nil {
+		return err
+	}
+	fd, err := unix.Openat(pfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	old, _ := listXattrs(procPath(fd))
+	for _, n := range old {
+		if _, keep := m.Xattrs[n]; !keep && !IsInternalXattr(n) {
+			unix.Removexattr(procPath(fd), n)
+		}
+	}
+	for n, v := range m.Xattrs {
+		if err := unix.Setxattr(procPath(fd), n, v, 0); err != nil {
+			return err
+		}
+	}
+	ts := []unix.Timespec{unix.NsecToTimespec(m.Atime), unix.NsecToTimespec(m.Mtime)}
+	return unix.UtimesNanoAt(pfd, name, ts, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// finish records the commit: the parent's new epoch, the branch as
+// committed, and the journal gone. Each step may be repeated.
+func (s *Store) finish(j *journal) error {
+	b := s.branches[j.Branch]
+	p, err := s.lookupBranch(j.Parent)
+	if err != nil {
+		return err
+	}
+	p.meta.Epoch = j.NewEpoch
+	if p.isMain() {
+		s.meta.MainEpoch = j.NewEpoch
+		err = s.saveMeta()
+	} else {
+		err = writeJSON(filepath.Join(s.branchDir(p.meta.Name), "meta.json"), &p.meta)
+	}
+	if err != nil {
+		return err
+	}
+	s.failpoint("commit-epoch")
+	if b != nil {
+		for _, c := range s.children(b) {
+			if err := s.drop(c); err != nil {
+				return err
+			}
+		}
+		b.meta.Committed = true
+		if err := writeJSON(filepath.Join(s.branchDir(b.meta.Name), "meta.json"), &b.meta); err != nil {
+			return err
+		}
+		if b.State() == Live {
+			p.liveChildren.Add(-1)
+		}
+		s.retire(b, Committed)
+	}
+	// What stays in the delta are directories merged into existing ones.
+	if err := s.trash(s.deltaDir(j.Branch)); err != nil {
+		return err
+	}
+	if err := os.Remove(s.journalPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if p.view != nil {
+		p.view.invalidate()
+	}
+	return nil
+}
+
+// recover finishes a commit that a crash interrupted. It runs before the
+// branches are loaded, from the journal alone.
+func (s *Store) recover() error {
+	data, err := os.ReadFile(s.journalPath())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var j journal
+	if err := json.Unmarshal(data, &j); err != nil {
+		return fmt.Errorf("%s: %w", s.journalPath(), err)
+	}
+	src, err := openLayer(s.deltaDir(j.Branch), true)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOENT) {
+		// The delta was already trashed: only the journal is left.
+		return os.Remove(s.journalPath())
+	}
+	if err != nil {
+		return err
+	}
+	defer src.close()
+	targetDir := s.meta.Base
+	if j.Parent != MainName {
+		targetDir = s.deltaDir(j.Parent)
+	}
+	target, err := openLayer(targetDir, j.Parent != MainName)
+	if err != nil {
+		return err
+	}
+	defer target.close()
+	if err := s.apply(&j, src, target); err != nil {
+		return err
+	}
+	// finish needs branch records; load just the two it touches.
+	for _, n := range []string{j.Branch, j.Parent} {
+		if n == MainName {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(s.branchDir(n), "meta.json"))
+		if err != nil {
+			return err
+		}
+		b := &Branch{}
+		if err := json.Unmarshal(data, &b.meta); err != nil {
+			return err
+		}
+		s.branches[n] = b
+	}
+	s.main = &Branch{meta: branchMeta{Name: MainName, Epoch: s.meta.MainEpoch}}
+	if b := s.branches[j.Branch]; b != nil {
+		b.state.Store(int32(Stale)) // neither live nor counted as a child
+		b.parent, _ = s.lookupBranch(j.Parent)
+	}
+	err = s.finish(&j)
+	clear(s.branches)
+	return err
+}
+
+// names lists every name in a layer directory, tombstones included.
+func (l *layer) names(rel string) ([]string, error) {
+	fd, err := l.open(rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return fdNames(fd)
+}
+
+func fdNames(fd int) ([]string, error) {
+	var names []string
+	err := getdents(fd, func(d *unix.Dirent, name string) { names = append(names, name) })
+	return names, err
+}
+
+// readDirTyped lists a layer directory with entry types, tombstones included.
+func (l *layer) readDirTyped(rel string) ([]DirEntry, error) {
+	raw := *l
+	raw.delta = false
+	return raw.readDir(rel, nil)
+}
+
+// Diff describes what a branch changed relative to its parent.
+type Diff struct {
+	Branch   string   `json:"branch"`
+	Parent   string   `json:"parent"`
+	Added    []string `json:"added"`
+	Modified []string `json:"modified"`
+	Deleted  []string `json:"deleted"`
+}
+
+// Diff lists the paths a live or stale branch added, changed and deleted.
+func (s *Store) Diff(name string) (*Diff, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	b, err := s.lookupBranch(name)
+	if err != nil {
+		return nil, err
+	}
+	if b.isMain() {
+		return nil, &BranchError{"diff", name, ErrMainView}
+	}
+	if b.view == nil {
+		return nil, &BranchError{"diff", name, ErrGone}
+	}
+	d := &Diff{Branch: name, Parent: b.parent.meta.Name, Added: []string{}, Modified: []string{}, Deleted: []string{}}
+	err = diffDir(b.view.layers[0], b.parent.view, "", d)
+	return d, err
+}
+
+func diffDir(src *layer, parent *View, rel string, d *Diff) error {
+	names, err := src.names(rel)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		p := joinRel(rel, n)
+		st, err := src.lstat(p)
+		if err != nil {
+			return err
+		}
+		pe, perr := parent.Lookup(p)
+		switch {
+		case isWhiteout(&st):
+			if perr == nil {
+				d.Deleted = append(d.Deleted, p)
+			}
+		case perr != nil:
+			d.Added = append(d.Added, p+suffix(&st))
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				if err := diffDir(src, parent, p, d); err != nil {
+					return err
+				}
+			}
+		case st.Mode&unix.S_IFMT == unix.S_IFDIR:
+			if pe.IsDir() && src.isOpaque(p) {
+				d.Modified = append(d.Modified, p+"/")
+			} else if !pe.IsDir() {
+				d.Modified = append(d.Modified, p+"/")
+			}
+			if err := diffDir(src, parent, p, d); err != nil {
+				return err
+			}
+		default:
+			d.Modified = append(d.Modified, p)
+		}
+	}
+	return nil
+}
+
+func suffix(st *unix.Stat_t) string {
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return "/"
+	}
+	return ""
+}

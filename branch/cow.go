@@ -1,0 +1,330 @@
+package branch
+
+import (
+	"errors"
+	"path"
+
+	"golang.org/x/sys/unix"
+)
+
+// CopyUp makes rel exist in the top layer with the data, mode, owner, times
+// and xattrs it shows now, and returns the new entry. It is a no-op for
+// entries already in the top layer.
+func (v *View) CopyUp(rel string) (*Entry, error) {
+	if err := v.checkWritable(); err != nil {
+		return nil, err
+	}
+	return v.copyUp(rel, true)
+}
+
+func (v *View) copyUp(rel string, withData bool) (*Entry, error) {
+	e, err := v.Lookup(rel)
+	if err != nil || e.Layer == 0 {
+		return e, err
+	}
+	if e.IsDir() {
+		if err := v.ensureDir(rel); err != nil {
+			return nil, err
+		}
+		return v.Lookup(rel)
+	}
+	dir, name := path.Split(rel)
+	dir = trimSlash(dir)
+	if err := v.ensureDir(dir); err != nil {
+		return nil, err
+	}
+	top := v.layers[0]
+	pfd, err := top.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(pfd)
+	restore := saveTimes(pfd)
+	src := v.layers[e.Layer]
+	switch e.Stat.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		err = copyFile(src, rel, e, top, dir, pfd, name, withData)
+	case unix.S_IFLNK:
+		err = copySymlink(src, rel, e, pfd, name)
+	default:
+		err = copySpecial(src, rel, e, pfd, name)
+	}
+	if errors.Is(err, unix.EEXIST) {
+		err = nil // a concurrent copy-up of the same file won
+	}
+	if err != nil {
+		return nil, err
+	}
+	restore()
+	return v.Lookup(rel)
+}
+
+// ensureDir makes directory rel exist in the top layer, copying the
+// metadata of the directory it shows, and its parents likewise.
+func (v *View) ensureDir(rel string) error {
+	top := v.layers[0]
+	if st, err := top.lstat(rel); err == nil {
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			return nil
+		}
+		return unix.ENOTDIR
+	} else if !isNotExist(err) {
+		return err
+	}
+	e, err := v.Lookup(rel)
+	if err != nil {
+		return err
+	}
+	if !e.IsDir() {
+		return unix.ENOTDIR
+	}
+	dir, name := path.Split(rel)
+	dir = trimSlash(dir)
+	if err := v.ensureDir(dir); err != nil {
+		return err
+	}
+	pfd, err := top.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	restore := saveTimes(pfd)
+	if err := unix.Mkdirat(pfd, name, e.Stat.Mode&07777); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil
+		}
+		return err
+	}
+	src := v.layers[e.Layer]
+	sfd, err := src.open(rel, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
+	if err == nil {
+		copyXattrs(sfd, pfd, name)
+		unix.Close(sfd)
+	}
+	err = setOwnerTimes(pfd, name, &e.Stat)
+	if err == nil {
+		err = chmodAt(pfd, name, e.Stat.Mode&07777)
+	}
+	restore()
+	v.invalidate()
+	return err
+}
+
+// saveTimes returns a function that puts back the times of directory fd,
+// for changes that are internal to branchfs and must not show.
+func saveTimes(fd int) func() {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil {
+		return func() {}
+	}
+	return func() {
+		ts := []unix.Timespec{st.Atim, st.Mtim}
+		unix.UtimesNanoAt(fd, ".", ts, unix.AT_SYMLINK_NOFOLLOW)
+	}
+}
+
+func setOwnerTimes(pfd int, name string, st *unix.Stat_t) error {
+	if err := unix.Fchownat(pfd, name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil && !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	return unix.UtimesNanoAt(pfd, name, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// chmodAt changes the mode of name without following a symlink there.
+func chmodAt(pfd int, name string, mode uint32) error {
+	fd, err := unix.Openat(pfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return unix.EOPNOTSUPP
+	}
+	return unix.Chmod(procPath(fd), mode)
+}
+
+func copyFile(src *layer, rel string, e *Entry, top *layer, dir string, pfd int, name string, withData bool) error {
+	in, err := src.open(rel, unix.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(in)
+	out, err := top.open(dir, unix.O_TMPFILE|unix.O_RDWR, e.Stat.Mode&07777)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(out)
+	if withData {
+		if err := copyData(in, out, e.Stat.Size); err != nil {
+			return err
+		}
+	}
+	if err := unix.Fchown(out, int(e.Stat.Uid), int(e.Stat.Gid)); err != nil && !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	// chown clears set-id bits, so the mode goes after it.
+	if err := unix.Fchmod(out, e.Stat.Mode&07777); err != nil {
+		return err
+	}
+	copyXattrs(in, out, "")
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, procPath(out), []unix.Timespec{e.Stat.Atim, e.Stat.Mtim}, 0); err != nil {
+		return err
+	}
+	// The copy gets its name only once complete: a crash leaves nothing.
+	err = unix.Linkat(out, "", pfd, name, unix.AT_EMPTY_PATH)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EPERM) {
+		err = unix.Linkat(unix.AT_FDCWD, procPath(out), pfd, name, unix.AT_SYMLINK_FOLLOW)
+	}
+	return err
+}
+
+// copyData clones the file where the filesystem can, else copies it
+// extent by extent so that holes stay holes.
+func copyData(in, out int, size int64) error {
+	if err := unix.IoctlFileClone(out, in); err == nil {
+		return nil
+	}
+	if err := unix.Ftruncate(out, size); err != nil {
+		return err
+	}
+	var off int64
+	for off < size {
+		data, err := unix.Seek(in, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break
+		}
+		if err != nil {
+			data = off // no SEEK_DATA: copy everything
+		}
+		hole, err := unix.Seek(in, data, unix.SEEK_HOLE)
+		if err != nil {
+			hole = size
+		}
+		for data < hole {
+			src, dst := data, data
+			n, err := unix.CopyFileRange(in, &src, out, &dst, int(min(hole-data, 1<<30)), 0)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return nil
+			}
+			data += int64(n)
+		}
+		off = hole
+	}
+	return nil
+}
+
+func copySymlink(src *layer, rel string, e *Entry, pfd int, name string) error {
+	target, err := src.readlink(rel)
+	if err != nil {
+		return err
+	}
+	if err := unix.Symlinkat(target, pfd, name); err != nil {
+		return err
+	}
+	return setOwnerTimes(pfd, name, &e.Stat)
+}
+
+func copySpecial(src *layer, rel string, e *Entry, pfd int, name string) error {
+	if err := unix.Mknodat(pfd, name, e.Stat.Mode, int(e.Stat.Rdev)); err != nil {
+		return err
+	}
+	if sfd, err := src.open(rel, unix.O_PATH|unix.O_NOFOLLOW, 0); err == nil {
+		copyXattrs(sfd, pfd, name)
+		unix.Close(sfd)
+	}
+	if err := setOwnerTimes(pfd, name, &e.Stat); err != nil {
+		return err
+	}
+	return chmodAt(pfd, name, e.Stat.Mode&07777)
+}
+
+func (l *layer) readlink(rel string) (string, error) {
+	pfd, name, err := l.parent(rel)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(pfd)
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.Readlinkat(pfd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < len(buf) {
+			return string(buf[:n]), nil
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// copyXattrs copies the xattrs of src (any descriptor) to dst: the file
+// itself when name is "", else name beneath directory dst. Internal markers
+// are not copied; xattrs the destination refuses are skipped.
+func copyXattrs(src, dst int, name string) {
+	names, err := listXattrs(procPath(src))
+	if err != nil {
+		return
+	}
+	target := procPath(dst)
+	if name != "" {
+		fd, err := unix.Openat(dst, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return
+		}
+		defer unix.Close(fd)
+		target = procPath(fd)
+	}
+	for _, n := range names {
+		if IsInternalXattr(n) {
+			continue
+		}
+		val, err := getXattr(procPath(src), n)
+		if err != nil {
+			continue
+		}
+		unix.Setxattr(target, n, val, 0)
+	}
+}
+
+func listXattrs(p string) ([]string, error) {
+	sz, err := unix.Listxattr(p, nil)
+	if err != nil || sz == 0 {
+		return nil, err
+	}
+	buf := make([]byte, sz)
+	sz, err = unix.Listxattr(p, buf)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	start := 0
+	for i := 0; i < sz; i++ {
+		if buf[i] == 0 {
+			if i > start {
+				names = append(names, string(buf[start:i]))
+			}
+			start = i + 1
+		}
+	}
+	return names, nil
+}
+
+func getXattr(p, name string) ([]byte, error) {
+	sz, err := unix.Getxattr(p, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, sz)
+	sz, err = unix.Getxattr(p, name, buf)
+	if err != nil {
+		return nil, err
+	}
+	return buf[:sz], nil
+}

@@ -1,0 +1,27 @@
+package branch
+
+import "fmt"
+
+// MainName is the branch that shows the base directory itself.
+const MainName = "main"
+
+// NameMax is the longest branch name; it must fit the 128-byte ioctl buffer
+// with its terminating NUL.
+const NameMax = 127
+
+// ValidateName accepts 1 to 127 bytes of [A-Za-z0-9._-], not starting with '.'.
+func ValidateName(name string) error {
+	if len(name) == 0 || len(name) > NameMax {
+		return fmt.Errorf("%w %q: must be 1 to %d bytes", ErrInvalidName, name, NameMax)
+	}
+	if name[0] == '.' {
+		return fmt.Errorf("%w %q: must not start with '.'", ErrInvalidName, name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w %q: byte %q is not one of [A-Za-z0-9._-]", ErrInvalidName, name, c)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,591 @@
+package branch
+
+import (
+	"errors"
+	"path"
+
+	"golang.org/x/sys/unix"
+)
+
+// Owner is who a new file belongs to: the calling process.
+type Owner struct{ Uid, Gid uint32 }
+
+// Stat resolves rel and returns its entry.
+func (v *View) Stat(rel string) (*Entry, error) { return v.Lookup(rel) }
+
+// Open opens rel with open(2) flags. Opening for writing copies the file
+// up first (without its data under O_TRUNC). The entry returned describes
+// the file that was opened.
+func (v *View) Open(rel string, flags int) (int, *Entry, error) {
+	var e *Entry
+	var err error
+	if flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC) != 0 {
+		if err := v.checkWritable(); err != nil {
+			return -1, nil, err
+		}
+		e, err = v.copyUp(rel, flags&unix.O_TRUNC == 0)
+	} else {
+		e, err = v.Lookup(rel)
+	}
+	if err != nil {
+		return -1, nil, err
+	}
+	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_NOCTTY
+	fd, err := v.layers[e.Layer].open(rel, flags|unix.O_NOFOLLOW, 0)
+	return fd, e, err
+}
+
+// prepareNew readies the top layer for a new entry at rel and returns the
+// top-layer parent directory and name. hidden reports that something below
+// was deleted under that name, so a new directory must be opaque.
+func (v *View) prepareNew(rel string) (pfd int, name string, hidden bool, err error) {
+	if err := v.checkWritable(); err != nil {
+		return -1, "", false, err
+	}
+	if _, err := v.Lookup(rel); err == nil {
+		return -1, "", false, unix.EEXIST
+	} else if !errors.Is(err, unix.ENOENT) {
+		return -1, "", false, err
+	}
+	dir, name := path.Split(rel)
+	dir = trimSlash(dir)
+	if err := v.ensureDir(dir); err != nil {
+		return -1, "", false, err
+	}
+	top := v.layers[0]
+	if pfd, err = top.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0); err != nil {
+		return -1, "", false, err
+	}
+	if st, err := top.lstat(rel); err == nil && top.delta && isWhiteout(&st) {
+		if err := unix.Unlinkat(pfd, name, 0); err != nil {
+			unix.Close(pfd)
+			return -1, "", false, err
+		}
+		hidden = true
+	}
+	return pfd, name, hidden, nil
+}
+
+// own gives a new entry to its creator. A set-group-ID directory decides
+// the group itself; chown clears set-id bits, so mode is put back after.
+func own(pfd int, name string, o Owner, mode uint32) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	gid := int(o.Gid)
+	var dst unix.Stat_t
+	if unix.Fstat(pfd, &dst) == nil && dst.Mode&unix.S_ISGID != 0 {
+		gid = int(st.Gid)
+	}
+	if st.Uid == o.Uid && st.Gid == uint32(gid) {
+		return nil
+	}
+	if err := unix.Fchownat(pfd, name, int(o.Uid), gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFLNK && mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+		return chmodAt(pfd, name, mode&07777)
+	}
+	return nil
+}
+
+// Create makes and opens a regular file.
+func (v *View) Create(rel string, flags int, mode uint32, o Owner) (int, *Entry, error) {
+	pfd, name, _, err := v.prepareNew(rel)
+	if errors.Is(err, unix.EEXIST) && flags&unix.O_EXCL == 0 {
+		return v.Open(rel, flags)
+	}
+	if err != nil {
+		return -1, nil, err
+	}
+	defer unix.Close(pfd)
+	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_NOCTTY
+	fd, err := unix.Openat(pfd, name, flags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return -1, nil, err
+	}
+	if err := own(pfd, name, o, mode); err != nil {
+		unix.Close(fd)
+		unix.Unlinkat(pfd, name, 0)
+		return -1, nil, err
+	}
+	e, err := v.Lookup(rel)
+	if err != nil {
+		unix.Close(fd)
+		return -1, nil, err
+	}
+	return fd, e, nil
+}
+
+// Mkdir makes a directory. One made where a deleted one stood is opaque.
+func (v *View) Mkdir(rel string, mode uint32, o Owner) (*Entry, error) {
+	pfd, name, hidden, err := v.prepareNew(rel)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(pfd)
+	if err := unix.Mkdirat(pfd, name, mode); err != nil {
+		return nil, err
+	}
+	if hidden || v.lowerHas(rel) {
+		if err := v.layers[0].setOpaque(rel); err != nil {
+			unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR)
+			return nil, err
+		}
+	}
+	v.invalidate()
+	if err := own(pfd, name, o, mode); err != nil {
+		return nil, err
+	}
+	return v.Lookup(rel)
+}
+
+// Mknod makes a fifo, socket or device node.
+func (v *View) Mknod(rel string, mode, dev uint32, o Owner) (*Entry, error) {
+	if v.layers[0].delta && mode&unix.S_IFMT == unix.S_IFCHR && dev == 0 {
+		return nil, unix.EPERM // indistinguishable from a tombstone
+	}
+	pfd, name, _, err := v.prepareNew(rel)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(pfd)
+	if err := unix.Mknodat(pfd, name, mode, int(dev)); err != nil {
+		return nil, err
+	}
+	if err := own(pfd, name, o, mode); err != nil {
+		return nil, err
+	}
+	return v.Lookup(rel)
+}
+
+// Symlink makes a symbolic link at rel pointing to target.
+func (v *View) Symlink(target, rel string, o Owner) (*Entry, error) {
+	pfd, name, _, err := v.prepareNew(rel)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(pfd)
+	if err := unix.Symlinkat(target, pfd, name); err != nil {
+		return nil, err
+	}
+	if err := own(pfd, name, o, 0); err != nil {
+		return nil, err
+	}
+	return v.Lookup(rel)
+}
+
+// Link makes newRel another name of oldRel, copying oldRel up first.
+func (v *View) Link(oldRel, newRel string) (*Entry, error) {
+	if err := v.checkWritable(); err != nil {
+		return nil, err
+	}
+	if _, err := v.copyUp(oldRel, true); err != nil {
+		return nil, err
+	}
+	pfd, name, _, err := v.prepareNew(newRel)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(pfd)
+	opfd, oname, err := v.layers[0].parent(oldRel)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(opfd)
+	if err := unix.Linkat(opfd, oname, pfd, name, 0); err != nil {
+		return nil, err
+	}
+	return v.Lookup(newRel)
+}
+
+// whiteout records in the top layer that rel is deleted.
+func (v *View) whiteout(rel string) error {
+	dir, _ := path.Split(rel)
+	if err := v.ensureDir(trimSlash(dir)); err != nil {
+		return err
+	}
+	pfd, name, err := v.layers[0].parent(rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	return unix.Mknodat(pfd, name, unix.S_IFCHR, 0)
+}
+
+// Unlink removes a non-directory.
+func (v *View) Unlink(rel string) error {
+	if err := v.checkWritable(); err != nil {
+		return err
+	}
+	e, err := v.Lookup(rel)
+	if err != nil {
+		return err
+	}
+	if e.IsDir() {
+		return unix.EISDIR
+	}
+	below := v.lowerHas(rel)
+	if e.Layer == 0 {
+		pfd, name, err := v.layers[0].parent(rel)
+		if err != nil {
+			return err
+		}
+		err = unix.Unlinkat(pfd, name, 0)
+		unix.Close(pfd)
+		if err != nil {
+			return err
+		}
+	}
+	if below {
+		return v.whiteout(rel)
+	}
+	return nil
+}
+
+// Rmdir removes an empty directory.
+func (v *View) Rmdir(rel string) error {
+	if err := v.checkWritable(); err != nil {
+		return err
+	}
+	if rel == "" {
+		return unix.EBUSY
+	}
+	e, err := v.Lookup(rel)
+	if err != nil {
+		return err
+	}
+	if !e.IsDir() {
+		return unix.ENOTDIR
+	}
+	if ents, err := v.ReadDir(rel); err != nil {
+		return err
+	} else if len(ents) > 0 {
+		return unix.ENOTEMPTY
+	}
+	below := v.lowerHas(rel)
+	if e.dirs[0] == 0 {
+		if err := v.clearTombstones(rel); err != nil {
+			return err
+		}
+		pfd, name, err := v.layers[0].parent(rel)
+		if err != nil {
+			return err
+		}
+		err = unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR)
+		unix.Close(pfd)
+		if err != nil {
+			return err
+		}
+	}
+	v.invalidate()
+	if below {
+		return v.whiteout(rel)
+	}
+	return nil
+}
+
+// clearTombstones empties a top-layer directory that shows no entries, so
+// the directory itself can be removed or replaced.
+func (v *View) clearTombstones(rel string) error {
+	top := v.layers[0]
+	if !top.delta {
+		return nil
+	}
+	fd, err := top.open(rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	names, err := fdNames(fd)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			continue
+		}
+		if !isWhiteout(&st) {
+			return unix.ENOTEMPTY
+		}
+		if err := unix.Unlinkat(fd, n, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bringUp makes rel wholly present in the top layer before it moves: a file
+// is copied up, a directory that merges lower layers is copied recursively
+// and made opaque.
+func (v *View) bringUp(rel string, e *Entry) error {
+	if !e.IsDir() {
+		_, err := v.copyUp(rel, true)
+		return err
+	}
+	if len(e.dirs) == 1 && e.dirs[0] == 0 {
+		return nil
+	}
+	if err := v.ensureDir(rel); err != nil {
+		return err
+	}
+	ents, err := v.ReadDir(rel)
+	if err != nil {
+		return err
+	}
+	for _, d := range ents {
+		child := joinRel(rel, d.Name)
+		ce, err := v.Lookup(child)
+		if err != nil {
+			return err
+		}
+		if err := v.bringUp(child, ce); err != nil {
+			return err
+		}
+	}
+	pfd, err := v.layers[0].open(rel, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	restore := saveTimes(pfd)
+	unix.Close(pfd)
+	if err := v.layers[0].setOpaque(rel); err != nil {
+		return err
+	}
+	restore()
+	v.invalidate()
+	return nil
+}
+
+// Rename moves oldRel to newRel; flags are renameat2's NOREPLACE and
+// EXCHANGE. Files and directories that exist only below the top layer are
+// brought up first; a tombstone is left where the old name showed a lower
+// entry.
+func (v *View) Rename(oldRel, newRel string, flags uint) error {
+	if err := v.checkWritable(); err != nil {
+		return err
+	}
+	if flags&^uint(unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE) != 0 {
+		return unix.EINVAL
+	}
+	eo, err := v.Lookup(oldRel)
+	if err != nil {
+		return err
+	}
+	en, err := v.Lookup(newRel)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	exchange := flags&unix.RENAME_EXCHANGE != 0
+	switch {
+	case en != nil && flags&unix.RENAME_NOREPLACE != 0:
+		return unix.EEXIST
+	case en == nil && exchange:
+		return unix.ENOENT
+	case en != nil && !exchange && en.IsDir():
+		if !eo.IsDir() {
+			return unix.EISDIR
+		}
+		if ents, err := v.ReadDir(newRel); err != nil {
+			return err
+		} else if len(ents) > 0 {
+			return unix.ENOTEMPTY
+		}
+	case en != nil && !exchange && eo.IsDir():
+		return unix.ENOTDIR
+	}
+	if en != nil && en.Layer == eo.Layer && en.Stat.Ino == eo.Stat.Ino {
+		return nil // two names of one file: rename does nothing
+	}
+	if err := v.bringUp(oldRel, eo); err != nil {
+		return err
+	}
+	if exchange {
+		if err := v.bringUp(newRel, en); err != nil {
+			return err
+		}
+	} else if en != nil && en.IsDir() && en.dirs[0] == 0 {
+		if err := v.clearTombstones(newRel); err != nil {
+			return err
+		}
+	}
+	newDir, _ := path.Split(newRel)
+	if err := v.ensureDir(trimSlash(newDir)); err != nil {
+		return err
+	}
+	needTombstone := !exchange && v.lowerHas(oldRel)
+	hideBelow := !exchange && eo.IsDir() && v.lowerHas(newRel)
+	top := v.layers[0]
+	opfd, oname, err := top.parent(oldRel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(opfd)
+	npfd, nname, err := top.parent(newRel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(npfd)
+	defer v.invalidate()
+	if needTombstone {
+		// RENAME_WHITEOUT moves and leaves the tombstone in one step.
+		err = unix.Renameat2(opfd, oname, npfd, nname, flags|unix.RENAME_WHITEOUT)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EPERM) {
+			if err = unix.Renameat2(opfd, oname, npfd, nname, flags); err == nil {
+				err = unix.Mknodat(opfd, oname, unix.S_IFCHR, 0)
+			}
+		}
+	} else {
+		err = unix.Renameat2(opfd, oname, npfd, nname, flags)
+	}
+	if err != nil {
+		return err
+	}
+	if hideBelow {
+		return top.setOpaque(newRel)
+	}
+	return nil
+}
+
+// topEntry copies rel up and calls fn with its top-layer parent and name.
+func (v *View) topEntry(rel string, withData bool, fn func(pfd int, name string) error) error {
+	if err := v.checkWritable(); err != nil {
+		return err
+	}
+	if _, err := v.copyUp(rel, withData); err != nil {
+		return err
+	}
+	pfd, name, err := v.layers[0].parent(rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	if name == "" {
+		name = "."
+	}
+	return fn(pfd, name)
+}
+
+// Chmod changes the mode bits of rel.
+func (v *View) Chmod(rel string, mode uint32) error {
+	return v.topEntry(rel, true, func(pfd int, name string) error { return chmodAt(pfd, name, mode&07777) })
+}
+
+// Chown changes owner and group; -1 leaves one unchanged.
+func (v *View) Chown(rel string, uid, gid int) error {
+	return v.topEntry(rel, true, func(pfd int, name string) error {
+		return unix.Fchownat(pfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
+	})
+}
+
+// Truncate sets the size of regular file rel.
+func (v *View) Truncate(rel string, size int64) error {
+	return v.topEntry(rel, size > 0, func(pfd int, name string) error {
+		fd, err := unix.Openat(pfd, name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return unix.Ftruncate(fd, size)
+	})
+}
+
+// Utimens sets access and modification times; UTIME_OMIT keeps one.
+func (v *View) Utimens(rel string, atime, mtime unix.Timespec) error {
+	return v.topEntry(rel, true, func(pfd int, name string) error {
+		return unix.UtimesNanoAt(pfd, name, []unix.Timespec{atime, mtime}, unix.AT_SYMLINK_NOFOLLOW)
+	})
+}
+
+// Readlink returns the target of symlink rel.
+func (v *View) Readlink(rel string) (string, error) {
+	e, err := v.Lookup(rel)
+	if err != nil {
+		return "", err
+	}
+	return v.layers[e.Layer].readlink(rel)
+}
+
+// withPath calls fn with a /proc path for rel in the layer that shows it.
+func (v *View) withPath(rel string, fn func(p string) error) error {
+	e, err := v.Lookup(rel)
+	if err != nil {
+		return err
+	}
+	fd, err := v.layers[e.Layer].open(rel, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return fn(procPath(fd))
+}
+
+// GetXattr reads an extended attribute into buf (nil: report its size).
+func (v *View) GetXattr(rel, name string, buf []byte) (int, error) {
+	if IsInternalXattr(name) {
+		return 0, unix.ENODATA
+	}
+	var n int
+	err := v.withPath(rel, func(p string) (err error) {
+		n, err = unix.Getxattr(p, name, buf)
+		return err
+	})
+	return n, err
+}
+
+// ListXattr lists extended attribute names, without internal ones.
+func (v *View) ListXattr(rel string) ([]string, error) {
+	var names []string
+	err := v.withPath(rel, func(p string) error {
+		all, err := listXattrs(p)
+		for _, n := range all {
+			if !IsInternalXattr(n) {
+				names = append(names, n)
+			}
+		}
+		return err
+	})
+	return names, err
+}
+
+// SetXattr sets an extended attribute, copying rel up first.
+func (v *View) SetXattr(rel, name string, val []byte, flags int) error {
+	if IsInternalXattr(name) {
+		return unix.EPERM
+	}
+	return v.topEntry(rel, true, func(pfd int, n string) error {
+		fd, err := unix.Openat(pfd, n, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return unix.Setxattr(procPath(fd), name, val, flags)
+	})
+}
+
+// RemoveXattr removes an extended attribute, copying rel up first.
+func (v *View) RemoveXattr(rel, name string) error {
+	if IsInternalXattr(name) {
+		return unix.EPERM
+	}
+	if _, err := v.GetXattr(rel, name, nil); err != nil {
+		return err
+	}
+	return v.topEntry(rel, true, func(pfd int, n string) error {
+		fd, err := unix.Openat(pfd, n, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return unix.Removexattr(procPath(fd), name)
+	})
+}
+
+// Statfs reports on the filesystem that holds the base.
+func (v *View) Statfs() (unix.Statfs_t, error) {
+	var st unix.Statfs_t
+	err := unix.Fstatfs(v.store.base.fd, &st)
+	return st, err
+}

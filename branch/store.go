@@ -1,0 +1,565 @@
+// Package branch holds the semantics of branchfs: the on-disk store of
+// branches, the layered lookup through a branch's ancestors, copy-up,
+// tombstones, epochs and the crash-safe commit journal. It imports no FUSE
+// package, so tools that only need branches (commit, diff, run) can use it
+// directly.
+//
+// Store layout:
+//
+//	STORE/branchfs.json           format version, base path, main's epoch
+//	STORE/lock                    flock held by the daemon that owns the store
+//	STORE/journal.json            the commit in flight, if any
+//	STORE/branches/NAME/meta.json name, parent, epochs, state
+//	STORE/branches/NAME/delta/    files the branch changed; tombstones; opaque dirs
+//	STORE/branches/NAME/images/   reserved for checkpointed process memory
+//	STORE/tmp/, STORE/trash/      staging for creation and deletion
+package branch
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/renameio/v2"
+	"golang.org/x/sys/unix"
+)
+
+// State of a branch.
+type State int32
+
+const (
+	Live State = iota
+	Stale
+	Committed
+	Aborted
+)
+
+func (s State) String() string {
+	switch s {
+	case Live:
+		return "live"
+	case Stale:
+		return "stale"
+	case Committed:
+		return "committed"
+	}
+	return "aborted"
+}
+
+const formatVersion = 1
+
+type storeMeta struct {
+	Version   int    `json:"version"`
+	Base      string `json:"base"`
+	MainEpoch uint64 `json:"main_epoch"`
+}
+
+type branchMeta struct {
+	Name        string    `json:"name"`
+	Parent      string    `json:"parent"`
+	ParentEpoch uint64    `json:"parent_epoch"` // the parent's epoch when this branch was made
+	Epoch       uint64    `json:"epoch"`        // commits received from children
+	Committed   bool      `json:"committed,omitempty"`
+	Created     time.Time `json:"created"`
+}
+
+// Branch is one node of the branch tree; main is the root and shows the base.
+type Branch struct {
+	meta         branchMeta
+	parent       *Branch
+	state        atomic.Int32
+	liveChildren atomic.Int32
+	view         *View
+}
+
+func (b *Branch) Name() string  { return b.meta.Name }
+func (b *Branch) State() State  { return State(b.state.Load()) }
+func (b *Branch) isMain() bool  { return b.parent == nil }
+func (b *Branch) epoch() uint64 { return b.meta.Epoch }
+
+// Store owns the branches of one mount.
+type Store struct {
+	// mu is held shared by every view operation and exclusively by create,
+	// commit and abort, so that no operation sees half of a commit and a
+	// child never starts from half of a parent's write.
+	mu       sync.RWMutex
+	dir      string
+	lockFile *os.File
+	meta     storeMeta
+	base     *layer
+	main     *Branch
+	branches map[string]*Branch // every branch but main, including committed ones
+	devs     map[uint64]uint64  // device number -> small index for inode identity
+	nextView atomic.Uint64
+	autoName int
+
+	// Failpoint, when set, kills the process at the named step of a commit
+	// (see commit.go); tests use it to crash the daemon mid-commit.
+	Failpoint string
+}
+
+// Open opens (creating if needed) the store in dir for the base directory
+// base, finishing any commit a crash interrupted.
+func Open(dir, base string) (*Store, error) {
+	base, err := filepath.Abs(base)
+	if err != nil {
+		return nil, err
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(base); err != nil {
+		return nil, fmt.Errorf("base: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("base %s is not a directory", base)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "branches"), filepath.Join(dir, "tmp"), filepath.Join(dir, "trash")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	s := &Store{dir: dir, branches: map[string]*Branch{}, devs: map[uint64]uint64{}}
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close()
+		}
+	}()
+	if err := s.loadMeta(base); err != nil {
+		return nil, err
+	}
+	if s.base, err = openLayer(base, false); err != nil {
+		return nil, err
+	}
+	s.devIndex(s.base.dev)
+	if err := s.recover(); err != nil {
+		return nil, fmt.Errorf("recovering interrupted commit: %w", err)
+	}
+	os.RemoveAll(filepath.Join(dir, "tmp"))
+	os.MkdirAll(filepath.Join(dir, "tmp"), 0o700)
+	go os.RemoveAll(filepath.Join(dir, "trash"))
+	if err := s.loadBranches(); err != nil {
+		return nil, err
+	}
+	ok = true
+	return s, nil
+}
+
+func (s *Store) lock() error {
+	f, err := os.OpenFile(filepath.Join(s.dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return fmt.Errorf("store %s is in use by another branchfs daemon", s.dir)
+	}
+	s.lockFile = f
+	return nil
+}
+
+func (s *Store) loadMeta(base string) error {
+	p := filepath.Join(s.dir, "branchfs.json")
+	data, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		s.meta = storeMeta{Version: formatVersion, Base: base}
+		return s.saveMeta()
+	}
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, &s.meta); err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	if s.meta.Version != formatVersion {
+		return fmt.Errorf("%s: unsupported format version %d", p, s.meta.Version)
+	}
+	if s.meta.Base != base {
+		return fmt.Errorf("store %s belongs to base %s, not %s", s.dir, s.meta.Base, base)
+	}
+	return nil
+}
+
+func (s *Store) saveMeta() error {
+	return writeJSON(filepath.Join(s.dir, "branchfs.json"), &s.meta)
+}
+
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return renameio.WriteFile(path, append(data, '\n'), 0o600)
+}
+
+func (s *Store) branchDir(name string) string { return filepath.Join(s.dir, "branches", name) }
+func (s *Store) deltaDir(name string) string  { return filepath.Join(s.dir, "branches", name, "delta") }
+
+func (s *Store) loadBranches() error {
+	s.main = &Branch{meta: branchMeta{Name: MainName, Epoch: s.meta.MainEpoch}}
+	s.main.view = s.newView(s.main, []*layer{s.base})
+	ents, err := os.ReadDir(filepath.Join(s.dir, "branches"))
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		data, err := os.ReadFile(filepath.Join(s.branchDir(e.Name()), "meta.json"))
+		if err != nil {
+			return fmt.Errorf("branch %s: %w", e.Name(), err)
+		}
+		b := &Branch{}
+		if err := json.Unmarshal(data, &b.meta); err != nil {
+			return fmt.Errorf("branch %s: %w", e.Name(), err)
+		}
+		s.branches[b.meta.Name] = b
+	}
+	// Link parents and derive state top-down: a branch is stale when its
+	// parent moved on since it was made, or when its parent is stale.
+	var resolve func(b *Branch) error
+	resolve = func(b *Branch) error {
+		if b.parent != nil || b.isMainName() {
+			return nil
+		}
+		p := s.main
+		if b.meta.Parent != MainName {
+			p = s.branches[b.meta.Parent]
+			if p == nil {
+				return fmt.Errorf("branch %s: parent %s is missing", b.meta.Name, b.meta.Parent)
+			}
+			if err := resolve(p); err != nil {
+				return err
+			}
+		}
+		b.parent = p
+		switch {
+		case b.meta.Committed:
+			b.state.Store(int32(Committed))
+		case p.State() != Live || p.epoch() != b.meta.ParentEpoch:
+			b.state.Store(int32(Stale))
+		default:
+			p.liveChildren.Add(1)
+		}
+		return nil
+	}
+	names := make([]string, 0, len(s.branches))
+	for n := range s.branches {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := resolve(s.branches[n]); err != nil {
+			return err
+		}
+	}
+	for _, n := range names {
+		b := s.branches[n]
+		if b.State() == Committed {
+			continue
+		}
+		if err := s.openView(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *Branch) isMainName() bool { return b.meta.Name == MainName }
+
+// openView builds b's layer stack: its delta over its parent's stack.
+func (s *Store) openView(b *Branch) error {
+	if b.view != nil {
+		return nil
+	}
+	if b.parent.view == nil {
+		if err := s.openView(b.parent); err != nil {
+			return err
+		}
+	}
+	top, err := openLayer(s.deltaDir(b.meta.Name), true)
+	if err != nil {
+		return fmt.Errorf("branch %s: %w", b.meta.Name, err)
+	}
+	s.devIndex(top.dev)
+	b.view = s.newView(b, append([]*layer{top}, b.parent.view.layers...))
+	return nil
+}
+
+func (s *Store) devIndex(dev uint64) uint64 {
+	if i, ok := s.devs[dev]; ok {
+		return i
+	}
+	i := uint64(len(s.devs))
+	s.devs[dev] = i
+	return i
+}
+
+// Close releases the store lock and layer descriptors.
+func (s *Store) Close() error {
+	for _, b := range s.branches {
+		if b.view != nil {
+			b.view.layers[0].close()
+		}
+	}
+	if s.base != nil {
+		s.base.close()
+	}
+	if s.lockFile != nil {
+		s.lockFile.Close()
+	}
+	return nil
+}
+
+// Dir is the store directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Base is the base directory.
+func (s *Store) Base() string { return s.meta.Base }
+
+// Main is the view of the base.
+func (s *Store) Main() *View { return s.main.view }
+
+// View returns the view of a live or stale branch.
+func (s *Store) View(name string) (*View, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	b, err := s.lookupBranch(name)
+	if err != nil {
+		return nil, err
+	}
+	if b.view == nil {
+		return nil, &BranchError{"open", name, ErrGone}
+	}
+	return b.view, nil
+}
+
+func (s *Store) lookupBranch(name string) (*Branch, error) {
+	if name == MainName {
+		return s.main, nil
+	}
+	b := s.branches[name]
+	if b == nil {
+		return nil, &BranchError{"find", name, ErrNotFound}
+	}
+	return b, nil
+}
+
+// Create makes a new live branch name, a child of parent. An empty name
+// picks a free one. Creation is O(1): the new delta is empty.
+func (s *Store) Create(name, parent string) (*View, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if name == "" {
+		name = s.freeName()
+	}
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	if name == MainName {
+		return nil, &BranchError{"create", name, ErrExists}
+	}
+	old := s.branches[name]
+	if old != nil && old.State() != Committed {
+		return nil, &BranchError{"create", name, ErrExists}
+	}
+	p, err := s.lookupBranch(parent)
+	if err != nil {
+		return nil, err
+	}
+	switch p.State() {
+	case Stale:
+		return nil, &BranchError{"create child of", parent, ErrStale}
+	case Committed, Aborted:
+		return nil, &BranchError{"create child of", parent, ErrGone}
+	}
+	b := &Branch{parent: p, meta: branchMeta{
+		Name: name, Parent: p.meta.Name, ParentEpoch: p.epoch(), Created: time.Now().UTC(),
+	}}
+	// Build the branch in tmp/ and rename it into place, so a crash leaves
+	// either no branch or a whole one.
+	tmp, err := os.MkdirTemp(filepath.Join(s.dir, "tmp"), name+".")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(filepath.Join(tmp, "delta"), 0o755); err != nil {
+		os.RemoveAll(tmp)
+		return nil, err
+	}
+	data, _ := json.MarshalIndent(&b.meta, "", "  ")
+	if err := os.WriteFile(filepath.Join(tmp, "meta.json"), append(data, '\n'), 0o600); err != nil {
+		os.RemoveAll(tmp)
+		return nil, err
+	}
+	if old != nil {
+		// A committed record only keeps its name for list; reuse frees it.
+		if err := s.trash(s.branchDir(name)); err != nil {
+			os.RemoveAll(tmp)
+			return nil, err
+		}
+		delete(s.branches, name)
+	}
+	if err := os.Rename(tmp, s.branchDir(name)); err != nil {
+		os.RemoveAll(tmp)
+		return nil, err
+	}
+	if err := s.openView(b); err != nil {
+		s.trash(s.branchDir(name))
+		return nil, err
+	}
+	s.branches[name] = b
+	p.liveChildren.Add(1)
+	return b.view, nil
+}
+
+func (s *Store) freeName() string {
+	for {
+		s.autoName++
+		n := "branch-" + strconv.Itoa(s.autoName)
+		if s.branches[n] == nil {
+			return n
+		}
+	}
+}
+
+// trash moves a directory out of the way atomically; it is removed later.
+func (s *Store) trash(dir string) error {
+	t, err := os.MkdirTemp(filepath.Join(s.dir, "trash"), "")
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(dir, filepath.Join(t, "x")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	go os.RemoveAll(t)
+	return nil
+}
+
+// Abort drops a branch and its delta. A branch with live children is
+// refused with ErrBusy unless recursive; stale descendants go with it.
+func (s *Store) Abort(name string, recursive bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, err := s.lookupBranch(name)
+	if err != nil {
+		return err
+	}
+	if b.isMain() {
+		return &BranchError{"abort", name, ErrMainView}
+	}
+	if b.State() == Committed {
+		return &BranchError{"abort", name, ErrGone}
+	}
+	if b.liveChildren.Load() > 0 && !recursive {
+		return &BranchError{"abort", name, ErrBusy}
+	}
+	return s.drop(b)
+}
+
+// drop removes b and all its descendants. The caller holds s.mu.
+func (s *Store) drop(b *Branch) error {
+	for _, c := range s.children(b) {
+		if c.State() == Committed {
+			if err := s.forget(c); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.drop(c); err != nil {
+			return err
+		}
+	}
+	if err := s.trash(s.branchDir(b.meta.Name)); err != nil {
+		return err
+	}
+	if b.State() == Live {
+		b.parent.liveChildren.Add(-1)
+	}
+	s.retire(b, Aborted)
+	delete(s.branches, b.meta.Name)
+	return nil
+}
+
+// forget removes the record of a committed branch.
+func (s *Store) forget(b *Branch) error {
+	if err := s.trash(s.branchDir(b.meta.Name)); err != nil {
+		return err
+	}
+	delete(s.branches, b.meta.Name)
+	return nil
+}
+
+func (s *Store) retire(b *Branch, st State) {
+	b.state.Store(int32(st))
+	if b.view != nil {
+		b.view.layers[0].close()
+		b.view = nil
+	}
+}
+
+func (s *Store) children(b *Branch) []*Branch {
+	var out []*Branch
+	for _, c := range s.branches {
+		if c.parent == b {
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].meta.Name < out[j].meta.Name })
+	return out
+}
+
+// Info describes a branch for list.
+type Info struct {
+	Name       string    `json:"name"`
+	Parent     string    `json:"parent"`
+	State      string    `json:"state"`
+	Epoch      uint64    `json:"epoch"`
+	DeltaBytes int64     `json:"delta_bytes"`
+	DeltaFiles int64     `json:"delta_files"`
+	Created    time.Time `json:"created"`
+}
+
+// List describes every branch, main first.
+func (s *Store) List() []Info {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := []Info{{Name: MainName, State: Live.String(), Epoch: s.main.epoch()}}
+	names := make([]string, 0, len(s.branches))
+	for n := range s.branches {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		b := s.branches[n]
+		in := Info{Name: n, Parent: b.meta.Parent, State: b.State().String(), Epoch: b.epoch(), Created: b.meta.Created}
+		if b.view != nil {
+			in.DeltaBytes, in.DeltaFiles = duTree(s.deltaDir(n))
+		}
+		out = append(out, in)
+	}
+	return out
+}
+
+func duTree(dir string) (bytes, files int64) {
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			files++
+			if fi.Mode().IsRegular() {
+				bytes += fi.Size()
+			}
+		}
+		return nil
+	})
+	return bytes, files
+}

@@ -1,0 +1,318 @@
+package branch
+
+import (
+	"path"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// View is what one branch shows: its delta over its ancestors' deltas over
+// the base. Paths are relative to the view root, "" being the root. The main
+// view has the base as its only, writable, layer.
+type View struct {
+	store  *Store
+	br     *Branch
+	layers []*layer // top (writable) first
+	id     uint64
+
+	cacheMu  sync.Mutex
+	cacheGen uint64
+	dirs     map[string][]int // directory -> indices of the layers it merges
+}
+
+func (s *Store) newView(b *Branch, layers []*layer) *View {
+	return &View{store: s, br: b, layers: layers, id: s.nextView.Add(1) - 1, dirs: map[string][]int{}}
+}
+
+// Name is the branch the view shows.
+func (v *View) Name() string { return v.br.meta.Name }
+
+// Store is the store the view belongs to.
+func (v *View) Store() *Store { return v.store }
+
+// IsMain reports the view of the base.
+func (v *View) IsMain() bool { return v.br.isMain() }
+
+// Depth is the number of layers below the top.
+func (v *View) Depth() int { return len(v.layers) - 1 }
+
+// Check fails with ErrStale or ErrGone once the branch can no longer be used.
+func (v *View) Check() error {
+	switch v.br.State() {
+	case Live:
+		return nil
+	case Stale:
+		return ErrStale
+	}
+	return ErrGone
+}
+
+// checkWritable also refuses writes to a view that has live children: they
+// see it as their lower layer, which must not move under them.
+func (v *View) checkWritable() error {
+	if err := v.Check(); err != nil {
+		return err
+	}
+	if v.br.liveChildren.Load() > 0 {
+		return ErrFrozen
+	}
+	return nil
+}
+
+// Lock takes the store lock shared for the duration of a view operation.
+func (v *View) Lock() error {
+	v.store.mu.RLock()
+	if err := v.Check(); err != nil {
+		v.store.mu.RUnlock()
+		return err
+	}
+	return nil
+}
+
+// Unlock releases what Lock took.
+func (v *View) Unlock() { v.store.mu.RUnlock() }
+
+// invalidate forgets cached directory layering after the namespace changed.
+func (v *View) invalidate() {
+	v.cacheMu.Lock()
+	v.cacheGen++
+	clear(v.dirs)
+	v.cacheMu.Unlock()
+}
+
+// Entry is what a path resolves to in a view.
+type Entry struct {
+	Layer int         // index of the layer that supplies the entry
+	Stat  unix.Stat_t // from that layer
+	dirs  []int       // for a directory, every layer it merges, top first
+}
+
+// IsDir reports a directory entry.
+func (e *Entry) IsDir() bool { return e.Stat.Mode&unix.S_IFMT == unix.S_IFDIR }
+
+// Identity is a stable identity for the file behind an entry: its inode
+// number, and a generation that tells views and devices apart so that the
+// same base file seen through two views, or a file and its copy-up, are
+// different inodes to the kernel.
+func (v *View) Identity(e *Entry) (ino, gen uint64) {
+	return e.Stat.Ino, v.id<<8 | v.store.devs[v.layers[e.Layer].dev]
+}
+
+// Lookup resolves rel.
+func (v *View) Lookup(rel string) (*Entry, error) {
+	if rel == "" {
+		st, err := v.layers[0].lstat("")
+		if err != nil {
+			return nil, err
+		}
+		all := make([]int, len(v.layers))
+		for i := range all {
+			all[i] = i
+		}
+		return &Entry{Layer: 0, Stat: st, dirs: all}, nil
+	}
+	dir, name := path.Split(rel)
+	dl, err := v.dirLayers(trimSlash(dir))
+	if err != nil {
+		return nil, err
+	}
+	return v.lookupIn(dl, rel, name)
+}
+
+func trimSlash(s string) string {
+	if len(s) > 0 && s[len(s)-1] == '/' {
+		return s[:len(s)-1]
+	}
+	return s
+}
+
+// lookupIn walks the layers of rel's parent, top first, stopping at the
+// first tombstone, non-directory or opaque directory.
+func (v *View) lookupIn(parentLayers []int, rel, name string) (*Entry, error) {
+	if name == "." || name == ".." || name == "" {
+		return nil, unix.EINVAL
+	}
+	var e *Entry
+	for _, i := range parentLayers {
+		l := v.layers[i]
+		st, err := l.lstat(rel)
+		if isNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if l.delta && isWhiteout(&st) {
+			break
+		}
+		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+		if e == nil {
+			e = &Entry{Layer: i, Stat: st}
+			if !isDir {
+				return e, nil
+			}
+		} else if !isDir {
+			break
+		}
+		e.dirs = append(e.dirs, i)
+		if l.isOpaque(rel) {
+			break
+		}
+	}
+	if e == nil {
+		return nil, unix.ENOENT
+	}
+	return e, nil
+}
+
+// dirLayers returns the layers that directory rel merges, top first.
+func (v *View) dirLayers(rel string) ([]int, error) {
+	if rel == "" {
+		e, err := v.Lookup("")
+		if err != nil {
+			return nil, err
+		}
+		return e.dirs, nil
+	}
+	v.cacheMu.Lock()
+	dl, ok := v.dirs[rel]
+	gen := v.cacheGen
+	v.cacheMu.Unlock()
+	if ok {
+		return dl, nil
+	}
+	parent, name := path.Split(rel)
+	pl, err := v.dirLayers(trimSlash(parent))
+	if err != nil {
+		return nil, err
+	}
+	e, err := v.lookupIn(pl, rel, name)
+	if err != nil {
+		return nil, err
+	}
+	if !e.IsDir() {
+		return nil, unix.ENOTDIR
+	}
+	v.cacheMu.Lock()
+	if v.cacheGen == gen {
+		v.dirs[rel] = e.dirs
+	}
+	v.cacheMu.Unlock()
+	return e.dirs, nil
+}
+
+// lowerHas reports whether a layer below the top shows something at rel,
+// that is, whether removing rel from the top needs a tombstone.
+func (v *View) lowerHas(rel string) bool {
+	if len(v.layers) == 1 {
+		return false
+	}
+	dir, name := path.Split(rel)
+	dl, err := v.dirLayers(trimSlash(dir))
+	if err != nil {
+		return false
+	}
+	var lower []int
+	for _, i := range dl {
+		if i > 0 {
+			lower = append(lower, i)
+		}
+	}
+	_, err = v.lookupIn(lower, rel, name)
+	return err == nil
+}
+
+// DirEntry is one name of a merged directory listing.
+type DirEntry struct {
+	Name string
+	Type uint8 // DT_* from getdents
+	Ino  uint64
+}
+
+// ReadDir lists directory rel: the union of its layers, without tombstoned
+// names and without duplicates, top layer first.
+func (v *View) ReadDir(rel string) ([]DirEntry, error) {
+	e, err := v.Lookup(rel)
+	if err != nil {
+		return nil, err
+	}
+	if !e.IsDir() {
+		return nil, unix.ENOTDIR
+	}
+	if len(e.dirs) == 1 {
+		return v.layers[e.dirs[0]].readDir(rel, nil)
+	}
+	seen := map[string]bool{}
+	var out []DirEntry
+	for _, i := range e.dirs {
+		if out, err = v.layers[i].readDirMerge(rel, seen, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (l *layer) readDir(rel string, out []DirEntry) ([]DirEntry, error) {
+	return l.readDirMerge(rel, nil, out)
+}
+
+// readDirMerge appends the entries of rel not yet in seen (nil: keep all).
+func (l *layer) readDirMerge(rel string, seen map[string]bool, out []DirEntry) ([]DirEntry, error) {
+	fd, err := l.open(rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return out, err
+	}
+	defer unix.Close(fd)
+	err = getdents(fd, func(d *unix.Dirent, name string) {
+		if seen != nil {
+			if seen[name] {
+				return
+			}
+			seen[name] = true
+		}
+		if l.delta && d.Type == syscall.DT_CHR {
+			if st, err := l.lstat(joinRel(rel, name)); err == nil && isWhiteout(&st) {
+				return
+			}
+		}
+		out = append(out, DirEntry{Name: name, Type: d.Type, Ino: d.Ino})
+	})
+	return out, err
+}
+
+// getdents calls fn for every entry of directory fd but "." and "..".
+func getdents(fd int, fn func(d *unix.Dirent, name string)) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return nil
+		}
+		for off := 0; off < n; {
+			d := (*unix.Dirent)(unsafe.Pointer(&buf[off]))
+			off += int(d.Reclen)
+			if name := direntName(d); name != "." && name != ".." {
+				fn(d, name)
+			}
+		}
+	}
+}
+
+func direntName(d *unix.Dirent) string {
+	b := (*[256]byte)(unsafe.Pointer(&d.Name[0]))
+	for i := 0; i < len(b); i++ {
+		if b[i] == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b[:])
+}
