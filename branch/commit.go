@@ -187,7 +187,7 @@ func planDir(src, target *layer, rel string, targetIsDelta bool, j *journal) err
 				continue
 			}
 			later = append(later, op{
-				Kind:   opReplace, Src: p, Dst: p,
+				Kind: opReplace, Src: p, Dst: p,
 				Opaque: targetIsDelta && (opaque || targetHas),
 				Scrub:  !targetIsDelta,
 			})

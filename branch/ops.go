@@ -20,7 +20,7 @@ func (v *View) Open(rel string, flags int) (int, *Entry, error) {
 	var e *Entry
 	var err error
 	if flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC) != 0 {
-		if err := v.checkWritable(); err != nil {
+		if err := v.CheckWritable(); err != nil {
 			return -1, nil, err
 		}
 		e, err = v.copyUp(rel, flags&unix.O_TRUNC == 0)
@@ -39,7 +39,7 @@ func (v *View) Open(rel string, flags int) (int, *Entry, error) {
 // top-layer parent directory and name. hidden reports that something below
 // was deleted under that name, so a new directory must be opaque.
 func (v *View) prepareNew(rel string) (pfd int, name string, hidden bool, err error) {
-	if err := v.checkWritable(); err != nil {
+	if err := v.CheckWritable(); err != nil {
 		return -1, "", false, err
 	}
 	if _, err := v.Lookup(rel); err == nil {
@@ -178,7 +178,7 @@ func (v *View) Symlink(target, rel string, o Owner) (*Entry, error) {
 
 // Link makes newRel another name of oldRel, copying oldRel up first.
 func (v *View) Link(oldRel, newRel string) (*Entry, error) {
-	if err := v.checkWritable(); err != nil {
+	if err := v.CheckWritable(); err != nil {
 		return nil, err
 	}
 	if _, err := v.copyUp(oldRel, true); err != nil {
@@ -216,7 +216,7 @@ func (v *View) whiteout(rel string) error {
 
 // Unlink removes a non-directory.
 func (v *View) Unlink(rel string) error {
-	if err := v.checkWritable(); err != nil {
+	if err := v.CheckWritable(); err != nil {
 		return err
 	}
 	e, err := v.Lookup(rel)
@@ -246,7 +246,7 @@ func (v *View) Unlink(rel string) error {
 
 // Rmdir removes an empty directory.
 func (v *View) Rmdir(rel string) error {
-	if err := v.checkWritable(); err != nil {
+	if err := v.CheckWritable(); err != nil {
 		return err
 	}
 	if rel == "" {
@@ -364,7 +364,7 @@ func (v *View) bringUp(rel string, e *Entry) error {
 // brought up first; a tombstone is left where the old name showed a lower
 // entry.
 func (v *View) Rename(oldRel, newRel string, flags uint) error {
-	if err := v.checkWritable(); err != nil {
+	if err := v.CheckWritable(); err != nil {
 		return err
 	}
 	if flags&^uint(unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE) != 0 {
@@ -451,7 +451,7 @@ func (v *View) Rename(oldRel, newRel string, flags uint) error {
 
 // topEntry copies rel up and calls fn with its top-layer parent and name.
 func (v *View) topEntry(rel string, withData bool, fn func(pfd int, name string) error) error {
-	if err := v.checkWritable(); err != nil {
+	if err := v.CheckWritable(); err != nil {
 		return err
 	}
 	if _, err := v.copyUp(rel, withData); err != nil {

@@ -50,9 +50,9 @@ func (v *View) Check() error {
 	return ErrGone
 }
 
-// checkWritable also refuses writes to a view that has live children: they
+// CheckWritable also refuses writes to a view that has live children: they
 // see it as their lower layer, which must not move under them.
-func (v *View) checkWritable() error {
+func (v *View) CheckWritable() error {
 	if err := v.Check(); err != nil {
 		return err
 	}

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/fs"
+	"github.com/branchfs/branchfs/kernel"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+)
+
+const fuseSuperMagic = 0x65735546
+
+// status is what reading a control file returns.
+type status struct {
+	View     string        `json:"view"`
+	Base     string        `json:"base"`
+	Store    string        `json:"store"`
+	Branches []branch.Info `json:"branches"`
+}
+
+// findView returns the root of the view that holds p: the nearest
+// directory at or above p with a control file.
+func findView(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Lstat(abs); err != nil {
+		return "", err
+	}
+	for d := abs; ; d = filepath.Dir(d) {
+		if fi, err := os.Lstat(filepath.Join(d, fs.ControlName)); err == nil && fi.Mode().IsRegular() {
+			return d, nil
+		}
+		if d == "/" {
+			return "", fmt.Errorf("%s is not inside a branchfs mount", p)
+		}
+	}
+}
+
+// openControl opens a view's control file, making sure it is one.
+func openControl(viewRoot string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(viewRoot, fs.ControlName), os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil || st.Type != fuseSuperMagic {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a branchfs view", viewRoot)
+	}
+	return f, nil
+}
+
+// control writes one command to a view's control file and returns the answer.
+func control(viewRoot, cmd string) ([]byte, error) {
+	f, err := openControl(viewRoot)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if _, err := f.Write([]byte(cmd)); err != nil {
+		return nil, unwrapErrno(err)
+	}
+	return io.ReadAll(io.NewSectionReader(f, 0, 1<<30))
+}
+
+func unwrapErrno(err error) error {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno
+	}
+	return err
+}
+
+func readStatus(viewRoot string) (*status, error) {
+	data, err := control(viewRoot, "list")
+	if err != nil {
+		return nil, err
+	}
+	var st status
+	return &st, json.Unmarshal(data, &st)
+}
+
+// branchAt finds the view root and branch name for a path inside MNT/@NAME.
+func branchAt(p, op string) (string, string, error) {
+	root, err := findView(p)
+	if err != nil {
+		return "", "", fmt.Errorf("%s: %w", op, err)
+	}
+	st, err := readStatus(root)
+	if err != nil {
+		return "", "", fmt.Errorf("%s: %s: %w", op, root, err)
+	}
+	if st.View == branch.MainName {
+		return "", "", fmt.Errorf("%s: %s is in the main view; give MNT/@NAME or a path inside it", op, p)
+	}
+	return root, st.View, nil
+}
+
+// explain turns the errno the daemon answered into one line naming the
+// branch and the cause; the errno stays reachable for the exit status.
+func explain(op, name string, err error) error {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return fmt.Errorf("%s %s: %w", op, name, err)
+	}
+	msg := map[syscall.Errno]string{
+		syscall.ESTALE: "branch is stale: a sibling committed first",
+		syscall.EBUSY:  "branch has live child branches",
+		syscall.ENOENT: "no such branch",
+		syscall.EEXIST: "a branch of that name exists",
+		syscall.EROFS:  "the view has live child branches and is read-only",
+		syscall.EINVAL: "invalid request",
+	}[errno]
+	if msg == "" {
+		msg = errno.Error()
+	}
+	return fmt.Errorf("%s %s: %s: %w", op, name, msg, errno)
+}
+
+func createCmd() *cobra.Command {
+	var parent string
+	c := &cobra.Command{
+		Use:   "create NAME MNT [--parent P]",
+		Short: "Create branch NAME, a child of P (default main), at MNT/@NAME",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, mnt := args[0], args[1]
+			if err := branch.ValidateName(name); err != nil {
+				return fmt.Errorf("create: %w", err)
+			}
+			root := mnt
+			if parent != branch.MainName {
+				if err := branch.ValidateName(parent); err != nil {
+					return fmt.Errorf("create %s: parent: %w", name, err)
+				}
+				root = filepath.Join(mnt, fs.BranchPrefix+parent)
+			}
+			if _, err := control(root, "create:"+name); err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("create %s: no branch %s under %s", name, parent, mnt)
+				}
+				return explain("create", name, err)
+			}
+			fmt.Println(filepath.Join(mnt, fs.BranchPrefix+name))
+			return nil
+		},
+	}
+	c.Flags().StringVar(&parent, "parent", branch.MainName, "parent branch")
+	return c
+}
+
+func commitCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "commit PATH",
+		Short: "Commit the branch that holds PATH into its parent",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			root, name, err := branchAt(args[0], "commit")
+			if err != nil {
+				return err
+			}
+			f, err := openControl(root)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), kernel.FS_IOC_BRANCH_COMMIT, 0); errno != 0 {
+				return explain("commit", name, errno)
+			}
+			return nil
+		},
+	}
+}
+
+func abortCmd() *cobra.Command {
+	var recursive bool
+	c := &cobra.Command{
+		Use:   "abort PATH [--recursive]",
+		Short: "Drop the branch that holds PATH and its changes",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			root, name, err := branchAt(args[0], "abort")
+			if err != nil {
+				return err
+			}
+			c := "abort"
+			if recursive {
+				c = "abort:recursive"
+			}
+			if _, err := control(root, c); err != nil {
+				err = explain("abort", name, err)
+				if errors.Is(err, syscall.EBUSY) {
+					err = fmt.Errorf("%w (use --recursive to drop them too)", err)
+				}
+				return err
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&recursive, "recursive", false, "also drop live child branches")
+	return c
+}
+
+func listCmd() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "list MNT [--json]",
+		Short: "List branches with parent, state, epoch and delta size",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := readStatus(args[0])
+			if err != nil {
+				return fmt.Errorf("list %s: %w", args[0], err)
+			}
+			if asJSON {
+				return json.NewEncoder(os.Stdout).Encode(st.Branches)
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tPARENT\tSTATE\tEPOCH\tDELTA")
+			for _, b := range st.Branches {
+				parent := b.Parent
+				if parent == "" {
+					parent = "-"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d files, %d bytes\n", b.Name, parent, b.State, b.Epoch, b.DeltaFiles, b.DeltaBytes)
+			}
+			return w.Flush()
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func diffCmd() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "diff PATH [--json]",
+		Short: "Show what the branch holding PATH added, changed and deleted",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			root, name, err := branchAt(args[0], "diff")
+			if err != nil {
+				return err
+			}
+			data, err := control(root, "diff")
+			if err != nil {
+				return explain("diff", name, err)
+			}
+			if asJSON {
+				_, err := os.Stdout.Write(append(data, '\n'))
+				return err
+			}
+			var d branch.Diff
+			if err := json.Unmarshal(data, &d); err != nil {
+				return err
+			}
+			var b strings.Builder
+			for _, p := range d.Added {
+				fmt.Fprintf(&b, "A %s\n", p)
+			}
+			for _, p := range d.Modified {
+				fmt.Fprintf(&b, "M %s\n", p)
+			}
+			for _, p := range d.Deleted {
+				fmt.Fprintf(&b, "D %s\n", p)
+			}
+			_, err = os.Stdout.WriteString(b.String())
+			return err
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}

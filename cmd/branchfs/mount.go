@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/fs"
+	"github.com/spf13/cobra"
+)
+
+func mountCmd() *cobra.Command {
+	var base, store, passthrough string
+	var foreground, debug bool
+	var readyFd int
+	c := &cobra.Command{
+		Use:   "mount --base DIR [--store DIR] [--foreground] [--passthrough auto|on|off] MNT",
+		Short: "Mount DIR at MNT; branches appear at MNT/@NAME",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mnt, err := filepath.Abs(args[0])
+			if err != nil {
+				return err
+			}
+			if base == "" {
+				return errors.New("mount: --base is required")
+			}
+			switch fs.Passthrough(passthrough) {
+			case fs.PassthroughAuto, fs.PassthroughOn, fs.PassthroughOff:
+			default:
+				return fmt.Errorf("mount: --passthrough must be auto, on or off, not %q", passthrough)
+			}
+			if store == "" {
+				if store, err = defaultStore(mnt); err != nil {
+					return err
+				}
+			}
+			if !foreground {
+				return startDaemon(mnt, store)
+			}
+			return serve(mnt, base, store, fs.Options{Passthrough: fs.Passthrough(passthrough), Debug: debug}, readyFd)
+		},
+	}
+	c.Flags().StringVar(&base, "base", "", "directory to show at the mount point")
+	c.Flags().StringVar(&store, "store", "", "where branches are kept (default: one directory per mount point under /var/lib/branchfs or $XDG_STATE_HOME/branchfs)")
+	c.Flags().BoolVar(&foreground, "foreground", false, "serve in this process instead of starting a daemon")
+	c.Flags().StringVar(&passthrough, "passthrough", "auto", "kernel passthrough for reads: auto (main view), on (also read-only opens in branches), off")
+	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	c.Flags().IntVar(&readyFd, "ready-fd", -1, "descriptor to report readiness on (internal)")
+	c.Flags().MarkHidden("ready-fd")
+	return c
+}
+
+// defaultStore gives every mount point a store of its own.
+func defaultStore(mnt string) (string, error) {
+	dir := "/var/lib/branchfs"
+	if os.Geteuid() != 0 {
+		state := os.Getenv("XDG_STATE_HOME")
+		if state == "" {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return "", err
+			}
+			state = filepath.Join(home, ".local", "state")
+		}
+		dir = filepath.Join(state, "branchfs")
+	}
+	sum := sha256.Sum256([]byte(mnt))
+	name := strings.Trim(strings.ReplaceAll(mnt, "/", "-"), "-")
+	if len(name) > 60 {
+		name = name[len(name)-60:]
+	}
+	return filepath.Join(dir, name+"-"+hex.EncodeToString(sum[:4])), nil
+}
+
+// startDaemon runs "mount --foreground" detached and returns once it
+// reports that the mount answers, or with the error it reports.
+func startDaemon(mnt, store string) error {
+	if err := os.MkdirAll(store, 0o700); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(store, "daemon.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	args := append([]string{"mount", "--foreground", "--ready-fd", "3", "--store", store}, daemonArgs()...)
+	cmd := exec.Command(self, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return err
+	}
+	w.Close()
+	done := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(r).ReadString('\n')
+		done <- strings.TrimSpace(line)
+	}()
+	select {
+	case msg := <-done:
+		if msg == "ok" {
+			cmd.Process.Release()
+			return nil
+		}
+		cmd.Wait()
+		if msg == "" {
+			msg = "daemon exited; see " + filepath.Join(store, "daemon.log")
+		}
+		return fmt.Errorf("mount %s: %s", mnt, msg)
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		return fmt.Errorf("mount %s: daemon did not answer within 60s", mnt)
+	}
+}
+
+// daemonArgs passes this command's own flags and argument on to the daemon.
+func daemonArgs() []string {
+	var out []string
+	args := os.Args[2:]
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--store" || a == "--foreground" || a == "--ready-fd" {
+			if a != "--foreground" {
+				i++
+			}
+			continue
+		}
+		if strings.HasPrefix(a, "--store=") || strings.HasPrefix(a, "--ready-fd=") || strings.HasPrefix(a, "--foreground=") {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func serve(mnt, base, storeDir string, opts fs.Options, readyFd int) error {
+	var ready *os.File
+	if readyFd >= 0 {
+		ready = os.NewFile(uintptr(readyFd), "ready")
+	}
+	fail := func(err error) error {
+		if ready != nil {
+			fmt.Fprintln(ready, err)
+			ready.Close()
+		}
+		return err
+	}
+	// Modes come from the caller, already masked by the kernel.
+	syscall.Umask(0)
+	st, err := branch.Open(storeDir, base)
+	if err != nil {
+		return fail(err)
+	}
+	defer st.Close()
+	st.Failpoint = os.Getenv("BRANCHFS_FAILPOINT")
+	fsys, err := fs.Mount(mnt, st, opts)
+	if err != nil {
+		return fail(fmt.Errorf("mount %s: %w", mnt, err))
+	}
+	srv := fsys.Server()
+	if err := srv.WaitMount(); err != nil {
+		return fail(err)
+	}
+	os.WriteFile(filepath.Join(storeDir, "daemon.pid"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
+	if ready != nil {
+		fmt.Fprintln(ready, "ok")
+		ready.Close()
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-sig
+		srv.Unmount()
+	}()
+	srv.Wait()
+	os.Remove(filepath.Join(storeDir, "daemon.pid"))
+	return nil
+}
+
+func unmountCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "unmount MNT",
+		Short: "Unmount MNT and wait for its daemon to exit",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mnt, err := filepath.Abs(args[0])
+			if err != nil {
+				return err
+			}
+			var pid int
+			if info, err := readStatus(mnt); err == nil {
+				data, _ := os.ReadFile(filepath.Join(info.Store, "daemon.pid"))
+				pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+			}
+			if err := unmount(mnt); err != nil {
+				return fmt.Errorf("unmount %s: %w", mnt, err)
+			}
+			for i := 0; pid > 0 && i < 200 && syscall.Kill(pid, 0) == nil; i++ {
+				time.Sleep(50 * time.Millisecond)
+			}
+			return nil
+		},
+	}
+}
+
+func unmount(mnt string) error {
+	err := syscall.Unmount(mnt, 0)
+	if errors.Is(err, syscall.EPERM) {
+		if out, ferr := exec.Command("fusermount3", "-u", mnt).CombinedOutput(); ferr != nil {
+			return fmt.Errorf("%v: %s", ferr, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	return err
+}

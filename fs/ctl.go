@@ -1,0 +1,180 @@
+package fs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/kernel"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// The control file at the root of every view takes the same actions as the
+// ioctls, as text: "create", "create:NAME", "commit", "abort",
+// "abort:recursive", "list" and "diff". Reading it returns the answer to
+// the last command written on that handle, or the list of branches.
+
+// ctlIno keeps control files clear of real inode numbers.
+const ctlIno = 0xffff_0000_0000_0000
+
+func (n *Node) controlInode(ctx context.Context, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	c := &ctlNode{fsys: n.fsys, view: n.view}
+	c.fillAttr(&out.Attr)
+	ino, gen := uint64(ctlIno), n.StableAttr().Gen
+	return n.NewInode(ctx, c, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino, Gen: gen}), 0
+}
+
+type ctlNode struct {
+	gofs.Inode
+	fsys *FS
+	view *branch.View
+}
+
+func (c *ctlNode) fillAttr(a *fuse.Attr) {
+	a.Mode = syscall.S_IFREG | 0o600
+	a.Nlink = 1
+	a.Owner = fuse.Owner{Uid: uint32(os.Geteuid()), Gid: uint32(os.Getegid())}
+	t := uint64(c.fsys.start.Unix())
+	a.Atime, a.Mtime, a.Ctime = t, t, t
+}
+
+func (c *ctlNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	c.fillAttr(&out.Attr)
+	return 0
+}
+
+// Setattr accepts the truncation that `echo cmd > .branchfs_ctl` asks for.
+func (c *ctlNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if in.Valid&^(fuse.FATTR_SIZE|fuse.FATTR_FH|fuse.FATTR_LOCKOWNER) != 0 {
+		return syscall.EPERM
+	}
+	c.fillAttr(&out.Attr)
+	return 0
+}
+
+func (c *ctlNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	return &ctlHandle{ctl: c}, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (c *ctlNode) Ioctl(ctx context.Context, f gofs.FileHandle, cmd uint32, arg uint64, input, output []byte) (int32, syscall.Errno) {
+	return c.fsys.ioctl(c.view, cmd, output)
+}
+
+func (n *Node) Ioctl(ctx context.Context, f gofs.FileHandle, cmd uint32, arg uint64, input, output []byte) (int32, syscall.Errno) {
+	return n.fsys.ioctl(n.view, cmd, output)
+}
+
+type ctlHandle struct {
+	ctl  *ctlNode
+	mu   sync.Mutex
+	resp []byte
+}
+
+func (h *ctlHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.resp == nil {
+		h.resp, _ = h.ctl.fsys.command(h.ctl.view, "list")
+	}
+	if off >= int64(len(h.resp)) {
+		return fuse.ReadResultData(nil), 0
+	}
+	return fuse.ReadResultData(h.resp[off:min(off+int64(len(dest)), int64(len(h.resp)))]), 0
+}
+
+func (h *ctlHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	resp, err := h.ctl.fsys.command(h.ctl.view, strings.TrimSpace(string(data)))
+	if err != nil {
+		return 0, toErrno(err)
+	}
+	h.mu.Lock()
+	h.resp = resp
+	h.mu.Unlock()
+	return uint32(len(data)), 0
+}
+
+func (h *ctlHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input, output []byte) (int32, syscall.Errno) {
+	return h.ctl.fsys.ioctl(h.ctl.view, cmd, output)
+}
+
+func (f *FS) ioctl(v *branch.View, cmd uint32, output []byte) (int32, syscall.Errno) {
+	switch cmd {
+	case kernel.FS_IOC_BRANCH_CREATE:
+		name, err := f.create(v, "")
+		if err != nil {
+			return 0, toErrno(err)
+		}
+		clear(output)
+		copy(output[:len(output)-1], name)
+		return 0, 0
+	case kernel.FS_IOC_BRANCH_COMMIT:
+		return 0, toErrno(f.commit(v))
+	case kernel.FS_IOC_BRANCH_ABORT:
+		return 0, toErrno(f.abort(v, false))
+	}
+	return 0, syscall.ENOTTY
+}
+
+// command runs one control-file command for view v.
+func (f *FS) command(v *branch.View, cmd string) ([]byte, error) {
+	verb, arg, _ := strings.Cut(cmd, ":")
+	switch {
+	case verb == "create":
+		name, err := f.create(v, arg)
+		return []byte(name + "\n"), err
+	case verb == "commit" && arg == "":
+		return nil, f.commit(v)
+	case verb == "abort" && (arg == "" || arg == "recursive"):
+		return nil, f.abort(v, arg == "recursive")
+	case verb == "list" && arg == "":
+		return json.MarshalIndent(map[string]any{
+			"view": v.Name(), "base": f.store.Base(), "store": f.store.Dir(), "branches": f.store.List(),
+		}, "", "  ")
+	case verb == "diff" && arg == "":
+		d, err := f.store.Diff(v.Name())
+		if err != nil {
+			return nil, err
+		}
+		return json.MarshalIndent(d, "", "  ")
+	}
+	return nil, fmt.Errorf("unknown control command %q: %w", cmd, syscall.EINVAL)
+}
+
+func (f *FS) create(v *branch.View, name string) (string, error) {
+	if v.IsMain() && f.passWriters.Load() > 0 {
+		// Those writes would reach the base under the new branch.
+		return "", fmt.Errorf("files are open for writing with passthrough in main: %w", syscall.EBUSY)
+	}
+	child, err := f.store.Create(name, v.Name())
+	if err != nil {
+		return "", err
+	}
+	f.root.NotifyEntry(BranchPrefix + child.Name())
+	return child.Name(), nil
+}
+
+func (f *FS) commit(v *branch.View) error {
+	res, err := f.store.Commit(v.Name())
+	if err != nil {
+		return err
+	}
+	f.afterCommit(v.Name(), res)
+	return nil
+}
+
+func (f *FS) abort(v *branch.View, recursive bool) error {
+	if err := f.store.Abort(v.Name(), recursive); err != nil {
+		return err
+	}
+	if r := f.viewRoot(v.Name()); r != nil {
+		notifyTree(&r.Inode)
+	}
+	f.root.NotifyEntry(BranchPrefix + v.Name())
+	return nil
+}

@@ -1,0 +1,300 @@
+// Package fs serves a branch store over FUSE: the base at the mount point,
+// each branch at MNT/@NAME. It is glue: every decision about what a path
+// means is made in package branch.
+package fs
+
+import (
+	"context"
+	"errors"
+	"log"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/branchfs/branchfs/branch"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// ControlName is the control file at the root of every view.
+const ControlName = ".branchfs_ctl"
+
+// BranchPrefix starts the name of a branch view in the mount root.
+const BranchPrefix = "@"
+
+// Passthrough says where the kernel may read files directly.
+type Passthrough string
+
+const (
+	// PassthroughAuto uses passthrough in the main view, which never goes
+	// stale. Branch views go through the daemon so that every read on a
+	// stale branch fails with ESTALE.
+	PassthroughAuto Passthrough = "auto"
+	// PassthroughOn also uses it for files opened read-only in branch
+	// views; such handles keep reading after the branch goes stale.
+	PassthroughOn Passthrough = "on"
+	// PassthroughOff never uses it.
+	PassthroughOff Passthrough = "off"
+)
+
+// Options configure a mount.
+type Options struct {
+	Passthrough Passthrough
+	Debug       bool
+	// Timeout is how long the kernel caches names and attributes. Changes
+	// made through branchfs are pushed to the kernel; this bounds how long
+	// changes made to the base behind its back stay unseen.
+	Timeout time.Duration
+}
+
+// FS is a mounted branch store.
+type FS struct {
+	store  *branch.Store
+	opts   Options
+	root   *Node
+	server *fuse.Server
+	start  time.Time
+
+	mu    sync.Mutex
+	views map[*branch.View]*Node // root node of each branch view the kernel knows
+
+	passWriters atomic.Int64 // handles that write through passthrough
+}
+
+// Mount serves store at mnt until it is unmounted.
+func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
+	if opts.Passthrough == "" {
+		opts.Passthrough = PassthroughAuto
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = time.Second
+	}
+	f := &FS{store: store, opts: opts, start: time.Now(), views: map[*branch.View]*Node{}}
+	f.root = &Node{fsys: f, view: store.Main(), viewRoot: true}
+	root, err := store.Main().Lookup("")
+	if err != nil {
+		return nil, err
+	}
+	ino, gen := store.Main().Identity(root)
+	t := opts.Timeout
+	mo := fuse.MountOptions{
+		AllowOther:  os.Geteuid() == 0,
+		FsName:      store.Base(),
+		Name:        "branchfs",
+		DirectMount: true,
+		// The kernel checks permissions against the attributes we report,
+		// as it would on the underlying filesystem.
+		Options:      []string{"default_permissions"},
+		MaxWrite:     1 << 20,
+		MaxReadAhead: 1 << 20,
+		Debug:        opts.Debug,
+	}
+	if opts.Passthrough == PassthroughOff {
+		mo.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
+	}
+	server, err := gofs.Mount(mnt, f.root, &gofs.Options{
+		MountOptions:    mo,
+		EntryTimeout:    &t,
+		AttrTimeout:     &t,
+		NegativeTimeout: &t,
+		RootStableAttr:  &gofs.StableAttr{Ino: ino, Gen: gen},
+		Logger:          log.New(os.Stderr, "branchfs: ", log.LstdFlags),
+	})
+	if err != nil {
+		return nil, err
+	}
+	f.server = server
+	return f, nil
+}
+
+// Server is the FUSE server, for Wait and Unmount.
+func (f *FS) Server() *fuse.Server { return f.server }
+
+// Node is a file, directory or special file of one view.
+type Node struct {
+	gofs.Inode
+	fsys     *FS
+	view     *branch.View
+	viewRoot bool
+
+	// Open handles by kind: the kernel requires every open of an inode to
+	// agree on passthrough with the ones already open.
+	openMu     sync.Mutex
+	openDirect int
+	openPass   int
+}
+
+// rel is the node's path within its view; false once the node has been
+// replaced (copied up) or removed.
+func (n *Node) rel() (string, bool) {
+	var parts []string
+	cur := &n.Inode
+	for {
+		if nd, ok := cur.Operations().(*Node); ok && nd.viewRoot {
+			break
+		}
+		name, parent := cur.Parent()
+		if parent == nil {
+			return "", false
+		}
+		parts = append(parts, name)
+		cur = parent
+	}
+	for i, j := 0, len(parts)-1; i < j; i, j = i+1, j-1 {
+		parts[i], parts[j] = parts[j], parts[i]
+	}
+	return strings.Join(parts, "/"), true
+}
+
+// begin locks the view for one operation and returns the node's path.
+func (n *Node) begin() (string, syscall.Errno) {
+	if err := n.view.Lock(); err != nil {
+		return "", toErrno(err)
+	}
+	rel, ok := n.rel()
+	if !ok {
+		n.view.Unlock()
+		return "", syscall.ESTALE
+	}
+	return rel, 0
+}
+
+func (n *Node) childRel(rel, name string) string {
+	if rel == "" {
+		return name
+	}
+	return rel + "/" + name
+}
+
+// newChild makes the inode for entry e of n's view.
+func (n *Node) newChild(ctx context.Context, e *branch.Entry, out *fuse.EntryOut) *gofs.Inode {
+	ino, gen := n.view.Identity(e)
+	child := &Node{fsys: n.fsys, view: n.view}
+	fillAttr(&out.Attr, &e.Stat)
+	return n.NewInode(ctx, child, gofs.StableAttr{Mode: e.Stat.Mode & syscall.S_IFMT, Ino: ino, Gen: gen})
+}
+
+// identical reports whether e is the file this node stands for.
+func (n *Node) identical(e *branch.Entry) bool {
+	ino, gen := n.view.Identity(e)
+	sa := n.StableAttr()
+	return sa.Ino == ino && sa.Gen == gen
+}
+
+func fillAttr(a *fuse.Attr, st *unix.Stat_t) {
+	a.Ino = st.Ino
+	a.Size = uint64(st.Size)
+	a.Blocks = uint64(st.Blocks)
+	a.Atime, a.Atimensec = uint64(st.Atim.Sec), uint32(st.Atim.Nsec)
+	a.Mtime, a.Mtimensec = uint64(st.Mtim.Sec), uint32(st.Mtim.Nsec)
+	a.Ctime, a.Ctimensec = uint64(st.Ctim.Sec), uint32(st.Ctim.Nsec)
+	a.Mode = st.Mode
+	a.Nlink = uint32(st.Nlink)
+	a.Owner = fuse.Owner{Uid: st.Uid, Gid: st.Gid}
+	a.Rdev = uint32(st.Rdev)
+	a.Blksize = uint32(st.Blksize)
+}
+
+// toErrno is the one place internal errors become FUSE errnos.
+func toErrno(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var errno syscall.Errno
+	switch {
+	case errors.Is(err, branch.ErrStale):
+		return syscall.ESTALE
+	case errors.Is(err, branch.ErrGone):
+		return syscall.ESTALE // the branch behind a handle or cached name is gone
+	case errors.Is(err, branch.ErrNotFound):
+		return syscall.ENOENT
+	case errors.Is(err, branch.ErrFrozen):
+		return syscall.EROFS
+	case errors.Is(err, branch.ErrBusy):
+		return syscall.EBUSY
+	case errors.Is(err, branch.ErrExists):
+		return syscall.EEXIST
+	case errors.Is(err, branch.ErrInvalidName), errors.Is(err, branch.ErrMainView):
+		return syscall.EINVAL
+	case errors.Is(err, branch.ErrReserved):
+		return syscall.EPERM
+	case errors.As(err, &errno):
+		return errno
+	}
+	log.Printf("unexpected error: %v", err)
+	return syscall.EIO
+}
+
+// replaced tells the kernel that the name of n now stands for another
+// inode (after a copy-up). It runs on its own goroutine because the kernel
+// may hold locks for the request that caused it.
+func (n *Node) replaced() {
+	name, parent := n.Parent()
+	if parent == nil {
+		return
+	}
+	go parent.NotifyEntry(name)
+}
+
+// afterCommit brings the kernel's caches in line with a commit: the parent
+// view's changed names, and the stale siblings' cached data and attributes.
+func (f *FS) afterCommit(branchName string, res *branch.CommitResult) {
+	f.root.NotifyEntry(BranchPrefix + branchName)
+	parentRoot := f.root
+	if res.Parent != branch.MainName {
+		parentRoot = f.viewRoot(res.Parent)
+	}
+	if parentRoot != nil {
+		for _, p := range res.Paths {
+			notifyPath(&parentRoot.Inode, p)
+		}
+	}
+	for _, s := range res.Stale {
+		if r := f.viewRoot(s); r != nil {
+			notifyTree(&r.Inode)
+		}
+	}
+}
+
+func (f *FS) viewRoot(name string) *Node {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for v, n := range f.views {
+		if v.Name() == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// notifyPath drops the kernel's entry for the top-most known component of
+// p that changed, and the cached attributes of p itself.
+func notifyPath(root *gofs.Inode, p string) {
+	cur := root
+	parts := strings.Split(p, "/")
+	for i, name := range parts {
+		child := cur.GetChild(name)
+		if i == len(parts)-1 || child == nil {
+			cur.NotifyEntry(name)
+			if child != nil {
+				child.NotifyContent(0, 0)
+			}
+			return
+		}
+		cur = child
+	}
+}
+
+// notifyTree drops cached data and attributes of every known inode below
+// root, so that the next access asks the daemon (and gets ESTALE).
+func notifyTree(root *gofs.Inode) {
+	root.NotifyContent(0, 0)
+	for name, c := range root.Children() {
+		notifyTree(c)
+		root.NotifyEntry(name)
+	}
+}

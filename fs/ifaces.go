@@ -1,0 +1,47 @@
+package fs
+
+import gofs "github.com/hanwen/go-fuse/v2/fs"
+
+// What the kernel may ask of each type; the compiler checks the list.
+var (
+	_ = (gofs.NodeLookuper)((*Node)(nil))
+	_ = (gofs.NodeGetattrer)((*Node)(nil))
+	_ = (gofs.NodeSetattrer)((*Node)(nil))
+	_ = (gofs.NodeReadlinker)((*Node)(nil))
+	_ = (gofs.NodeOpendirer)((*Node)(nil))
+	_ = (gofs.NodeReaddirer)((*Node)(nil))
+	_ = (gofs.NodeStatfser)((*Node)(nil))
+	_ = (gofs.NodeAccesser)((*Node)(nil))
+	_ = (gofs.NodeMkdirer)((*Node)(nil))
+	_ = (gofs.NodeMknoder)((*Node)(nil))
+	_ = (gofs.NodeSymlinker)((*Node)(nil))
+	_ = (gofs.NodeLinker)((*Node)(nil))
+	_ = (gofs.NodeUnlinker)((*Node)(nil))
+	_ = (gofs.NodeRmdirer)((*Node)(nil))
+	_ = (gofs.NodeRenamer)((*Node)(nil))
+	_ = (gofs.NodeCreater)((*Node)(nil))
+	_ = (gofs.NodeOpener)((*Node)(nil))
+	_ = (gofs.NodeGetxattrer)((*Node)(nil))
+	_ = (gofs.NodeSetxattrer)((*Node)(nil))
+	_ = (gofs.NodeRemovexattrer)((*Node)(nil))
+	_ = (gofs.NodeListxattrer)((*Node)(nil))
+	_ = (gofs.NodeIoctler)((*Node)(nil))
+	_ = (gofs.NodeOnForgetter)((*Node)(nil))
+
+	_ = (gofs.FileReader)((*fileHandle)(nil))
+	_ = (gofs.FileWriter)((*fileHandle)(nil))
+	_ = (gofs.FileGetattrer)((*fileHandle)(nil))
+	_ = (gofs.FileFlusher)((*fileHandle)(nil))
+	_ = (gofs.FileFsyncer)((*fileHandle)(nil))
+	_ = (gofs.FileAllocater)((*fileHandle)(nil))
+	_ = (gofs.FileLseeker)((*fileHandle)(nil))
+	_ = (gofs.FileReleaser)((*fileHandle)(nil))
+	_ = (gofs.FilePassthroughFder)((*fileHandle)(nil))
+
+	_ = (gofs.NodeGetattrer)((*ctlNode)(nil))
+	_ = (gofs.NodeSetattrer)((*ctlNode)(nil))
+	_ = (gofs.NodeOpener)((*ctlNode)(nil))
+	_ = (gofs.NodeIoctler)((*ctlNode)(nil))
+	_ = (gofs.FileReader)((*ctlHandle)(nil))
+	_ = (gofs.FileWriter)((*ctlHandle)(nil))
+)

@@ -1,0 +1,159 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/branchfs/branchfs/branch"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+func caller(ctx context.Context) branch.Owner {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return branch.Owner{Uid: c.Uid, Gid: c.Gid}
+	}
+	return branch.Owner{}
+}
+
+// reserved refuses to create or remove the control file's name.
+func (n *Node) reserved(name string) bool { return n.viewRoot && name == ControlName }
+
+func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n.reserved(name) {
+		return nil, syscall.EEXIST
+	}
+	rel, errno := n.begin()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer n.view.Unlock()
+	e, err := n.view.Mkdir(n.childRel(rel, name), mode, caller(ctx))
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.newChild(ctx, e, out), 0
+}
+
+func (n *Node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n.reserved(name) {
+		return nil, syscall.EEXIST
+	}
+	rel, errno := n.begin()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer n.view.Unlock()
+	e, err := n.view.Mknod(n.childRel(rel, name), mode, dev, caller(ctx))
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.newChild(ctx, e, out), 0
+}
+
+func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n.reserved(name) {
+		return nil, syscall.EEXIST
+	}
+	rel, errno := n.begin()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer n.view.Unlock()
+	e, err := n.view.Symlink(target, n.childRel(rel, name), caller(ctx))
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.newChild(ctx, e, out), 0
+}
+
+func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	src, ok := target.(*Node)
+	if !ok || src.view != n.view {
+		return nil, syscall.EXDEV
+	}
+	if n.reserved(name) {
+		return nil, syscall.EEXIST
+	}
+	rel, errno := n.begin()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer n.view.Unlock()
+	srcRel, ok := src.rel()
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	before, err := n.view.Stat(srcRel)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	e, err := n.view.Link(srcRel, n.childRel(rel, name))
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	if before.Layer != e.Layer {
+		src.replaced()
+	}
+	return n.newChild(ctx, e, out), 0
+}
+
+func (n *Node) Unlink(ctx context.Context, name string) syscall.Errno {
+	if n.reserved(name) {
+		return syscall.EPERM
+	}
+	rel, errno := n.begin()
+	if errno != 0 {
+		return errno
+	}
+	defer n.view.Unlock()
+	return toErrno(n.view.Unlink(n.childRel(rel, name)))
+}
+
+func (n *Node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	rel, errno := n.begin()
+	if errno != 0 {
+		return errno
+	}
+	defer n.view.Unlock()
+	return toErrno(n.view.Rmdir(n.childRel(rel, name)))
+}
+
+func (n *Node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*Node)
+	if !ok || np.view != n.view {
+		return syscall.EXDEV
+	}
+	if n.reserved(name) || np.reserved(newName) {
+		return syscall.EPERM
+	}
+	rel, errno := n.begin()
+	if errno != 0 {
+		return errno
+	}
+	defer n.view.Unlock()
+	newRel, ok := np.rel()
+	if !ok {
+		return syscall.ENOENT
+	}
+	return toErrno(n.view.Rename(n.childRel(rel, name), np.childRel(newRel, newName), uint(flags)))
+}
+
+func (n *Node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	if n.reserved(name) {
+		return nil, nil, 0, syscall.EEXIST
+	}
+	rel, errno := n.begin()
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	defer n.view.Unlock()
+	fd, e, err := n.view.Create(n.childRel(rel, name), int(flags), mode, caller(ctx))
+	if err != nil {
+		return nil, nil, 0, toErrno(err)
+	}
+	in := n.newChild(ctx, e, out)
+	child := in.Operations().(*Node)
+	h, fuseFlags := child.newHandle(fd, int(flags), true)
+	return in, h, fuseFlags, 0
+}

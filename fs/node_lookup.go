@@ -1,0 +1,147 @@
+package fs
+
+import (
+	"context"
+	"strings"
+	"syscall"
+
+	"github.com/branchfs/branchfs/branch"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n.viewRoot {
+		if name == ControlName {
+			return n.controlInode(ctx, out)
+		}
+		if n.view.IsMain() && strings.HasPrefix(name, BranchPrefix) {
+			if in, errno := n.lookupBranch(ctx, name[len(BranchPrefix):], out); errno != syscall.ENOENT {
+				return in, errno
+			}
+		}
+	}
+	rel, errno := n.begin()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer n.view.Unlock()
+	e, err := n.view.Lookup(n.childRel(rel, name))
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.newChild(ctx, e, out), 0
+}
+
+// lookupBranch finds the root of branch view name.
+func (n *Node) lookupBranch(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if branch.ValidateName(name) != nil || name == branch.MainName {
+		return nil, syscall.ENOENT
+	}
+	v, err := n.fsys.store.View(name)
+	if err != nil {
+		return nil, syscall.ENOENT
+	}
+	// A stale branch stays reachable: it can still be aborted.
+	e, err := v.Lookup("")
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	ino, gen := v.Identity(e)
+	fillAttr(&out.Attr, &e.Stat)
+	root := &Node{fsys: n.fsys, view: v, viewRoot: true}
+	in := n.NewInode(ctx, root, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino, Gen: gen})
+	n.fsys.mu.Lock()
+	n.fsys.views[v] = in.Operations().(*Node)
+	n.fsys.mu.Unlock()
+	return in, 0
+}
+
+func (n *Node) OnForget() {
+	if n.viewRoot {
+		n.fsys.mu.Lock()
+		if n.fsys.views[n.view] == n {
+			delete(n.fsys.views, n.view)
+		}
+		n.fsys.mu.Unlock()
+	}
+}
+
+func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if h, ok := fh.(*fileHandle); ok {
+		return h.Getattr(ctx, out)
+	}
+	rel, errno := n.begin()
+	if errno != 0 {
+		return errno
+	}
+	defer n.view.Unlock()
+	e, err := n.view.Stat(rel)
+	if err != nil {
+		return toErrno(err)
+	}
+	fillAttr(&out.Attr, &e.Stat)
+	return 0
+}
+
+func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	rel, errno := n.begin()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer n.view.Unlock()
+	target, err := n.view.Readlink(rel)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return []byte(target), 0
+}
+
+func (n *Node) Opendir(ctx context.Context) syscall.Errno {
+	_, errno := n.begin()
+	if errno == 0 {
+		n.view.Unlock()
+	}
+	return errno
+}
+
+func (n *Node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	rel, errno := n.begin()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer n.view.Unlock()
+	ents, err := n.view.ReadDir(rel)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	list := make([]fuse.DirEntry, 0, len(ents))
+	for _, d := range ents {
+		if n.viewRoot && d.Name == ControlName {
+			continue
+		}
+		list = append(list, fuse.DirEntry{Name: d.Name, Mode: uint32(d.Type) << 12, Ino: d.Ino})
+	}
+	return gofs.NewListDirStream(list), 0
+}
+
+func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	st, err := n.view.Statfs()
+	if err != nil {
+		return toErrno(err)
+	}
+	out.Blocks, out.Bfree, out.Bavail = st.Blocks, st.Bfree, st.Bavail
+	out.Files, out.Ffree = st.Files, st.Ffree
+	out.Bsize, out.Frsize = uint32(st.Bsize), uint32(st.Frsize)
+	out.NameLen = uint32(st.Namelen)
+	return 0
+}
+
+// Access is answered by the kernel (default_permissions); this only
+// keeps stale views failing.
+func (n *Node) Access(ctx context.Context, mask uint32) syscall.Errno {
+	if err := n.view.Check(); err != nil {
+		return toErrno(err)
+	}
+	return 0
+}

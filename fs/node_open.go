@@ -1,0 +1,322 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/branchfs/branchfs/branch"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+func wantsWrite(flags uint32) bool {
+	return flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0
+}
+
+func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	rel, errno := n.begin()
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	defer n.view.Unlock()
+	if wantsWrite(flags) {
+		e, err := n.view.Stat(rel)
+		if err != nil {
+			return nil, 0, toErrno(err)
+		}
+		if e.Layer != 0 && n.identical(e) {
+			// The file is about to be copied up. Its copy must be another
+			// inode: the kernel may hold this one's backing file (the
+			// lower file) for passthrough, and would send our writes
+			// there. ESTALE makes the kernel look the name up again and
+			// retry the open on the new inode.
+			fd, _, err := n.view.Open(rel, int(flags))
+			if err != nil {
+				return nil, 0, toErrno(err)
+			}
+			unix.Close(fd)
+			n.replaced()
+			return nil, 0, syscall.ESTALE
+		}
+	}
+	fd, e, err := n.view.Open(rel, int(flags))
+	if err != nil {
+		return nil, 0, toErrno(err)
+	}
+	h, fuseFlags := n.newHandle(fd, int(flags), n.identical(e))
+	return h, fuseFlags, 0
+}
+
+// newHandle wraps fd and decides passthrough. An inode's opens must all use
+// passthrough or none of them, and passthrough is only ever offered for the
+// file the inode stands for, never for a copy made since.
+func (n *Node) newHandle(fd, flags int, identical bool) (*fileHandle, uint32) {
+	h := &fileHandle{node: n, view: n.view, fd: fd, write: wantsWrite(uint32(flags))}
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	switch {
+	case !identical:
+	case n.openPass > 0:
+		h.pass = true
+	case n.openDirect > 0:
+	default:
+		h.pass = n.passthroughAllowed(flags)
+	}
+	if h.pass {
+		n.openPass++
+		if h.write {
+			n.fsys.passWriters.Add(1)
+		}
+	} else {
+		n.openDirect++
+	}
+	return h, 0
+}
+
+func (n *Node) passthroughAllowed(flags int) bool {
+	if wantsWrite(uint32(flags)) {
+		return false
+	}
+	switch n.fsys.opts.Passthrough {
+	case PassthroughAuto:
+		return n.view.IsMain()
+	case PassthroughOn:
+		return true
+	}
+	return false
+}
+
+func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	rel, errno := n.begin()
+	if errno != 0 {
+		return errno
+	}
+	defer n.view.Unlock()
+	v := n.view
+	before, err := v.Stat(rel)
+	if err != nil {
+		return toErrno(err)
+	}
+	if size, ok := in.GetSize(); ok {
+		if h, isHandle := fh.(*fileHandle); isHandle && h.write {
+			if err := v.CheckWritable(); err != nil {
+				return toErrno(err)
+			}
+			err = unix.Ftruncate(h.fd, int64(size))
+		} else {
+			err = v.Truncate(rel, int64(size))
+		}
+		if err != nil {
+			return toErrno(err)
+		}
+	}
+	if mode, ok := in.GetMode(); ok {
+		if err := v.Chmod(rel, mode); err != nil {
+			return toErrno(err)
+		}
+	}
+	uid, uok := in.GetUID()
+	gid, gok := in.GetGID()
+	if uok || gok {
+		u, g := -1, -1
+		if uok {
+			u = int(uid)
+		}
+		if gok {
+			g = int(gid)
+		}
+		if err := v.Chown(rel, u, g); err != nil {
+			return toErrno(err)
+		}
+	}
+	if in.Valid&(fuse.FATTR_ATIME|fuse.FATTR_MTIME) != 0 {
+		at := timespec(in.Valid, fuse.FATTR_ATIME, fuse.FATTR_ATIME_NOW, in.Atime, in.Atimensec)
+		mt := timespec(in.Valid, fuse.FATTR_MTIME, fuse.FATTR_MTIME_NOW, in.Mtime, in.Mtimensec)
+		if err := v.Utimens(rel, at, mt); err != nil {
+			return toErrno(err)
+		}
+	}
+	after, err := v.Stat(rel)
+	if err != nil {
+		return toErrno(err)
+	}
+	if after.Layer != before.Layer {
+		n.replaced()
+	}
+	fillAttr(&out.Attr, &after.Stat)
+	return 0
+}
+
+func timespec(valid, set, now uint32, sec uint64, nsec uint32) unix.Timespec {
+	switch {
+	case valid&set == 0:
+		return unix.Timespec{Nsec: unix.UTIME_OMIT}
+	case valid&now != 0:
+		return unix.Timespec{Nsec: unix.UTIME_NOW}
+	}
+	return unix.Timespec{Sec: int64(sec), Nsec: int64(nsec)}
+}
+
+func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	rel, errno := n.begin()
+	if errno != 0 {
+		return 0, errno
+	}
+	defer n.view.Unlock()
+	if len(dest) == 0 {
+		dest = nil
+	}
+	sz, err := n.view.GetXattr(rel, attr, dest)
+	if err == unix.ERANGE {
+		sz, err = n.view.GetXattr(rel, attr, nil)
+		if err == nil {
+			return uint32(sz), syscall.ERANGE
+		}
+	}
+	return uint32(sz), toErrno(err)
+}
+
+func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	rel, errno := n.begin()
+	if errno != 0 {
+		return 0, errno
+	}
+	defer n.view.Unlock()
+	names, err := n.view.ListXattr(rel)
+	if err != nil {
+		return 0, toErrno(err)
+	}
+	var buf []byte
+	for _, name := range names {
+		buf = append(append(buf, name...), 0)
+	}
+	if len(dest) == 0 {
+		return uint32(len(buf)), 0
+	}
+	if len(buf) > len(dest) {
+		return uint32(len(buf)), syscall.ERANGE
+	}
+	return uint32(copy(dest, buf)), 0
+}
+
+func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return n.changeAttr(func(rel string) error { return n.view.SetXattr(rel, attr, data, int(flags)) })
+}
+
+func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return n.changeAttr(func(rel string) error { return n.view.RemoveXattr(rel, attr) })
+}
+
+// changeAttr runs a change that may copy the node up.
+func (n *Node) changeAttr(change func(rel string) error) syscall.Errno {
+	rel, errno := n.begin()
+	if errno != 0 {
+		return errno
+	}
+	defer n.view.Unlock()
+	before, err := n.view.Stat(rel)
+	if err != nil {
+		return toErrno(err)
+	}
+	if err := change(rel); err != nil {
+		return toErrno(err)
+	}
+	if before.Layer != 0 {
+		n.replaced()
+	}
+	return 0
+}
+
+// fileHandle is an open file of a view. Every call checks the view first,
+// so that handles on a stale branch fail with ESTALE.
+type fileHandle struct {
+	node  *Node
+	view  *branch.View
+	fd    int
+	write bool
+	pass  bool
+}
+
+func (h *fileHandle) PassthroughFd() (int, bool) { return h.fd, h.pass }
+
+func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if err := h.view.Check(); err != nil {
+		return nil, toErrno(err)
+	}
+	n, err := unix.Pread(h.fd, dest, off)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if err := h.view.CheckWritable(); err != nil {
+		return 0, toErrno(err)
+	}
+	n, err := unix.Pwrite(h.fd, data, off)
+	if err != nil {
+		return uint32(max(n, 0)), toErrno(err)
+	}
+	return uint32(n), 0
+}
+
+func (h *fileHandle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	if err := h.view.Check(); err != nil {
+		return toErrno(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(h.fd, &st); err != nil {
+		return toErrno(err)
+	}
+	fillAttr(&out.Attr, &st)
+	return 0
+}
+
+func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
+	if err := h.view.Check(); err != nil {
+		return toErrno(err)
+	}
+	return 0
+}
+
+func (h *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if err := h.view.Check(); err != nil {
+		return toErrno(err)
+	}
+	if flags&1 != 0 {
+		return toErrno(unix.Fdatasync(h.fd))
+	}
+	return toErrno(unix.Fsync(h.fd))
+}
+
+func (h *fileHandle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	if err := h.view.CheckWritable(); err != nil {
+		return toErrno(err)
+	}
+	return toErrno(unix.Fallocate(h.fd, mode, int64(off), int64(size)))
+}
+
+func (h *fileHandle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	if err := h.view.Check(); err != nil {
+		return 0, toErrno(err)
+	}
+	n, err := unix.Seek(h.fd, int64(off), int(whence))
+	return uint64(n), toErrno(err)
+}
+
+func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
+	n := h.node
+	n.openMu.Lock()
+	if h.pass {
+		n.openPass--
+		if h.write {
+			n.fsys.passWriters.Add(-1)
+		}
+	} else {
+		n.openDirect--
+	}
+	n.openMu.Unlock()
+	return toErrno(unix.Close(h.fd))
+}

@@ -1,0 +1,21 @@
+// Package kernel holds the interface numbers branchfs shares with the
+// kernel and with C programs: the FS_IOC_BRANCH_* ioctls answered by the
+// daemon on any file of a view, and (with the kernel patches) the branch()
+// system call.
+package kernel
+
+// Ioctl numbers, as _IOR('b', 0, char[128]), _IO('b', 1) and _IO('b', 2)
+// encode them. Existing clients of this interface use exactly these.
+const (
+	// FS_IOC_BRANCH_CREATE creates a child of the view the file belongs
+	// to and writes its name, NUL-padded, to a 128-byte buffer.
+	FS_IOC_BRANCH_CREATE = 2<<30 | NameBufSize<<16 | 'b'<<8 | 0
+	// FS_IOC_BRANCH_COMMIT commits the view into its parent; ESTALE when a
+	// sibling committed first.
+	FS_IOC_BRANCH_COMMIT = 'b'<<8 | 1
+	// FS_IOC_BRANCH_ABORT drops the view's branch.
+	FS_IOC_BRANCH_ABORT = 'b'<<8 | 2
+)
+
+// NameBufSize is the size of the name buffer of FS_IOC_BRANCH_CREATE.
+const NameBufSize = 128
