@@ -145,14 +145,21 @@ func Open(dir, base string) (*Store, error) {
 	if err := s.recover(); err != nil {
 		return nil, fmt.Errorf("recovering interrupted commit: %w", err)
 	}
-	os.RemoveAll(filepath.Join(dir, "tmp"))
-	os.MkdirAll(filepath.Join(dir, "tmp"), 0o700)
-	go os.RemoveAll(filepath.Join(dir, "trash"))
+	// Leftovers of creations and deletions a crash interrupted.
+	emptyDir(filepath.Join(dir, "tmp"))
+	go emptyDir(filepath.Join(dir, "trash"))
 	if err := s.loadBranches(); err != nil {
 		return nil, err
 	}
 	ok = true
 	return s, nil
+}
+
+func emptyDir(dir string) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
 }
 
 func (s *Store) lock() error {

@@ -186,7 +186,6 @@ func (n *Node) identical(e *branch.Entry) bool {
 }
 
 func fillAttr(a *fuse.Attr, st *unix.Stat_t) {
-	a.Ino = st.Ino
 	a.Size = uint64(st.Size)
 	a.Blocks = uint64(st.Blocks)
 	a.Atime, a.Atimensec = uint64(st.Atim.Sec), uint32(st.Atim.Nsec)

@@ -115,7 +115,8 @@ func (n *Node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	list := make([]fuse.DirEntry, 0, len(ents))
+	list := make([]fuse.DirEntry, 0, len(ents)+2)
+	list = append(list, fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR}, fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR})
 	for _, d := range ents {
 		if n.viewRoot && d.Name == ControlName {
 			continue
