@@ -1,0 +1,212 @@
+package fs_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Every test here mounts for real through the branchfs binary, as a user
+// would. They need root and /dev/fuse.
+
+var binary string
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Println("skipping mount tests: they need root")
+		os.Exit(0)
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		fmt.Println("skipping mount tests: no /dev/fuse")
+		os.Exit(0)
+	}
+	dir, err := os.MkdirTemp("", "branchfs-bin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "branchfs")
+	args := []string{"build", "-o", binary}
+	if raceBuild {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "../cmd/branchfs")...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Println("building branchfs:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type mount struct {
+	t                *testing.T
+	base, store, mnt string
+	passthrough      string
+	env              []string
+	mounted          bool
+}
+
+// newMount mounts a fresh base holding a small sample tree.
+func newMount(t *testing.T, passthrough string) *mount {
+	t.Helper()
+	dir := t.TempDir()
+	// Other users must reach the mount, as they would a shared workspace.
+	must(t, os.Chmod(dir, 0o755))
+	must(t, os.Chmod(filepath.Dir(dir), 0o755))
+	m := &mount{t: t, base: filepath.Join(dir, "base"), store: filepath.Join(dir, "store"),
+		mnt: filepath.Join(dir, "mnt"), passthrough: passthrough}
+	for _, d := range []string{m.base, m.mnt, filepath.Join(m.base, "dir", "sub")} {
+		must(t, os.MkdirAll(d, 0o755))
+	}
+	writeFile(t, filepath.Join(m.base, "file"), "base file\n")
+	writeFile(t, filepath.Join(m.base, "dir", "a"), "a\n")
+	writeFile(t, filepath.Join(m.base, "dir", "sub", "b"), "b\n")
+	must(t, os.Symlink("file", filepath.Join(m.base, "link")))
+	m.start()
+	t.Cleanup(m.cleanup)
+	return m
+}
+
+func (m *mount) start() {
+	m.t.Helper()
+	if m.passthrough == "" {
+		m.passthrough = "auto"
+	}
+	cmd := exec.Command(binary, "mount", "--base", m.base, "--store", m.store, "--passthrough", m.passthrough, m.mnt)
+	cmd.Env = append(os.Environ(), m.env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		m.t.Fatalf("mount: %v: %s", err, out)
+	}
+	m.mounted = true
+}
+
+func (m *mount) cleanup() {
+	if !m.mounted {
+		return
+	}
+	if _, _, code := m.cli("unmount", m.mnt); code != 0 {
+		unix.Unmount(m.mnt, unix.MNT_DETACH)
+	}
+	m.mounted = false
+	if log, err := os.ReadFile(filepath.Join(m.store, "daemon.log")); err == nil && bytes.Contains(log, []byte("DATA RACE")) {
+		m.t.Errorf("daemon log reports a data race:\n%s", log)
+	}
+}
+
+// crashed cleans up after a daemon that died: the kernel still holds the
+// dead mount until it is detached.
+func (m *mount) crashed() {
+	m.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var st unix.Statfs_t
+		err := unix.Statfs(m.mnt, &st)
+		if errors.Is(err, unix.ENOTCONN) || err == nil && st.Type != 0x65735546 {
+			break
+		}
+		if time.Now().After(deadline) {
+			m.t.Fatalf("daemon did not die: statfs %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	unix.Unmount(m.mnt, unix.MNT_DETACH)
+	m.mounted = false
+}
+
+// cli runs the branchfs command and returns stdout, stderr and exit status.
+func (m *mount) cli(args ...string) (string, string, int) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		m.t.Fatalf("running branchfs: %v", err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// ok runs the CLI and fails the test unless it succeeds.
+func (m *mount) ok(args ...string) string {
+	m.t.Helper()
+	out, errOut, code := m.cli(args...)
+	if code != 0 {
+		m.t.Fatalf("branchfs %s: exit %d: %s", strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+func (m *mount) create(name string, parent ...string) string {
+	m.t.Helper()
+	args := []string{"create", name, m.mnt}
+	if len(parent) > 0 {
+		args = append(args, "--parent", parent[0])
+	}
+	m.ok(args...)
+	return m.view(name)
+}
+
+func (m *mount) view(name string) string { return filepath.Join(m.mnt, "@"+name) }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeFile(t *testing.T, p, content string) {
+	t.Helper()
+	must(t, os.WriteFile(p, []byte(content), 0o644))
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	must(t, err)
+	return string(data)
+}
+
+func wantContent(t *testing.T, p, want string) {
+	t.Helper()
+	if got := readFile(t, p); got != want {
+		t.Errorf("%s = %q, want %q", p, got, want)
+	}
+}
+
+func wantErrno(t *testing.T, err error, want syscall.Errno) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Errorf("got error %v, want %v", err, want)
+	}
+}
+
+func wantMissing(t *testing.T, p string) {
+	t.Helper()
+	if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s: got %v, want it missing", p, err)
+	}
+}
+
+// openFds counts the daemon's open descriptors, to find leaks.
+func (m *mount) daemonFds() int {
+	m.t.Helper()
+	data, err := os.ReadFile(filepath.Join(m.store, "daemon.pid"))
+	must(m.t, err)
+	ents, err := os.ReadDir("/proc/" + strings.TrimSpace(string(data)) + "/fd")
+	must(m.t, err)
+	return len(ents)
+}

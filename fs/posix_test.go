@@ -1,0 +1,293 @@
+package fs_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// posixChecks run in an empty directory of a view and compare what the view
+// does with what any POSIX filesystem does.
+var posixChecks = map[string]func(t *testing.T, d string){
+	"CreateReadWrite": func(t *testing.T, d string) {
+		p := filepath.Join(d, "f")
+		writeFile(t, p, "hello")
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		must(t, err)
+		f.WriteString(" world")
+		f.Close()
+		wantContent(t, p, "hello world")
+	},
+	"OTrunc": func(t *testing.T, d string) {
+		p := filepath.Join(d, "f")
+		writeFile(t, p, "long content")
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+		must(t, err)
+		f.WriteString("x")
+		f.Close()
+		wantContent(t, p, "x")
+	},
+	"Truncate": func(t *testing.T, d string) {
+		p := filepath.Join(d, "f")
+		writeFile(t, p, "0123456789")
+		must(t, os.Truncate(p, 4))
+		wantContent(t, p, "0123")
+		must(t, os.Truncate(p, 6))
+		wantContent(t, p, "0123\x00\x00")
+	},
+	"ExclusiveCreate": func(t *testing.T, d string) {
+		p := filepath.Join(d, "f")
+		writeFile(t, p, "x")
+		_, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		wantErrno(t, err, syscall.EEXIST)
+	},
+	"MkdirRmdir": func(t *testing.T, d string) {
+		p := filepath.Join(d, "sub")
+		must(t, os.Mkdir(p, 0o750))
+		writeFile(t, filepath.Join(p, "f"), "x")
+		wantErrno(t, syscall.Rmdir(p), syscall.ENOTEMPTY)
+		must(t, os.Remove(filepath.Join(p, "f")))
+		must(t, syscall.Rmdir(p))
+		wantMissing(t, p)
+	},
+	"Readdir": func(t *testing.T, d string) {
+		for _, n := range []string{"a", "b", "c"} {
+			writeFile(t, filepath.Join(d, n), n)
+		}
+		must(t, os.Remove(filepath.Join(d, "b")))
+		ents, err := os.ReadDir(d)
+		must(t, err)
+		if len(ents) != 2 || ents[0].Name() != "a" || ents[1].Name() != "c" {
+			t.Errorf("readdir = %v, want [a c]", ents)
+		}
+	},
+	"Rename": func(t *testing.T, d string) {
+		a, b := filepath.Join(d, "a"), filepath.Join(d, "b")
+		writeFile(t, a, "A")
+		writeFile(t, b, "B")
+		var before syscall.Stat_t
+		must(t, syscall.Stat(a, &before))
+		must(t, os.Rename(a, b))
+		wantMissing(t, a)
+		wantContent(t, b, "A")
+		var after syscall.Stat_t
+		must(t, syscall.Stat(b, &after))
+		if after.Ino != before.Ino {
+			t.Errorf("rename changed the inode: %d -> %d", before.Ino, after.Ino)
+		}
+		must(t, os.Mkdir(filepath.Join(d, "dir"), 0o755))
+		must(t, os.Rename(filepath.Join(d, "dir"), filepath.Join(d, "dir2")))
+		wantMissing(t, filepath.Join(d, "dir"))
+	},
+	"RenameFlags": func(t *testing.T, d string) {
+		a, b := filepath.Join(d, "a"), filepath.Join(d, "b")
+		writeFile(t, a, "A")
+		writeFile(t, b, "B")
+		wantErrno(t, unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_NOREPLACE), syscall.EEXIST)
+		must(t, unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE))
+		wantContent(t, a, "B")
+		wantContent(t, b, "A")
+	},
+	"RenameDirOverNonEmpty": func(t *testing.T, d string) {
+		a, b := filepath.Join(d, "a"), filepath.Join(d, "b")
+		must(t, os.Mkdir(a, 0o755))
+		must(t, os.Mkdir(b, 0o755))
+		writeFile(t, filepath.Join(b, "f"), "x")
+		wantErrno(t, syscall.Rename(a, b), syscall.ENOTEMPTY)
+	},
+	"ChmodChownUtimes": func(t *testing.T, d string) {
+		p := filepath.Join(d, "f")
+		writeFile(t, p, "x")
+		must(t, os.Chmod(p, 0o4751))
+		must(t, os.Lchown(p, 1234, 5678))
+		mt := time.Date(2001, 2, 3, 4, 5, 6, 789, time.UTC)
+		must(t, os.Chtimes(p, mt, mt))
+		var st syscall.Stat_t
+		must(t, syscall.Lstat(p, &st))
+		if st.Mode&07777 != 0o751 && st.Mode&07777 != 0o4751 {
+			t.Errorf("mode = %o", st.Mode&07777)
+		}
+		if st.Uid != 1234 || st.Gid != 5678 {
+			t.Errorf("owner = %d:%d, want 1234:5678", st.Uid, st.Gid)
+		}
+		if st.Mtim.Sec != mt.Unix() || st.Mtim.Nsec != 789 {
+			t.Errorf("mtime = %v, want %v", st.Mtim, mt)
+		}
+	},
+	"Symlink": func(t *testing.T, d string) {
+		p := filepath.Join(d, "l")
+		must(t, os.Symlink("target/../x", p))
+		got, err := os.Readlink(p)
+		must(t, err)
+		if got != "target/../x" {
+			t.Errorf("readlink = %q", got)
+		}
+		fi, err := os.Lstat(p)
+		must(t, err)
+		if fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("lstat mode = %v, want a symlink", fi.Mode())
+		}
+	},
+	"Hardlink": func(t *testing.T, d string) {
+		a, b := filepath.Join(d, "a"), filepath.Join(d, "b")
+		writeFile(t, a, "one")
+		must(t, os.Link(a, b))
+		var sa, sb syscall.Stat_t
+		must(t, syscall.Stat(a, &sa))
+		must(t, syscall.Stat(b, &sb))
+		if sa.Ino != sb.Ino || sb.Nlink != 2 {
+			t.Errorf("links: ino %d/%d nlink %d, want one inode with 2 links", sa.Ino, sb.Ino, sb.Nlink)
+		}
+		f, err := os.OpenFile(b, os.O_WRONLY|os.O_APPEND, 0)
+		must(t, err)
+		f.WriteString("two")
+		f.Close()
+		wantContent(t, a, "onetwo")
+		must(t, os.Remove(a))
+		must(t, syscall.Stat(b, &sb))
+		if sb.Nlink != 1 {
+			t.Errorf("nlink after unlink = %d, want 1", sb.Nlink)
+		}
+	},
+	"Xattr": func(t *testing.T, d string) {
+		p := filepath.Join(d, "f")
+		writeFile(t, p, "x")
+		must(t, unix.Setxattr(p, "user.test", []byte("value"), 0))
+		buf := make([]byte, 64)
+		n, err := unix.Getxattr(p, "user.test", buf)
+		must(t, err)
+		if string(buf[:n]) != "value" {
+			t.Errorf("getxattr = %q", buf[:n])
+		}
+		n, err = unix.Listxattr(p, buf)
+		must(t, err)
+		if !bytes.Contains(buf[:n], []byte("user.test\x00")) {
+			t.Errorf("listxattr = %q", buf[:n])
+		}
+		if bytes.Contains(buf[:n], []byte("branchfs")) {
+			t.Errorf("listxattr shows internal names: %q", buf[:n])
+		}
+		must(t, unix.Removexattr(p, "user.test"))
+		_, err = unix.Getxattr(p, "user.test", buf)
+		wantErrno(t, err, syscall.ENODATA)
+	},
+	"FifoAndDevice": func(t *testing.T, d string) {
+		fifo := filepath.Join(d, "fifo")
+		must(t, syscall.Mkfifo(fifo, 0o600))
+		go func() {
+			f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+			if err == nil {
+				f.WriteString("through the pipe")
+				f.Close()
+			}
+		}()
+		wantContent(t, fifo, "through the pipe")
+		dev := filepath.Join(d, "null")
+		must(t, syscall.Mknod(dev, syscall.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
+		var st syscall.Stat_t
+		must(t, syscall.Stat(dev, &st))
+		if st.Rdev != unix.Mkdev(1, 3) {
+			t.Errorf("rdev = %#x", st.Rdev)
+		}
+	},
+	"SparseFile": func(t *testing.T, d string) {
+		p := filepath.Join(d, "sparse")
+		f, err := os.Create(p)
+		must(t, err)
+		f.WriteAt([]byte("end"), 64<<20)
+		f.Close()
+		var st syscall.Stat_t
+		must(t, syscall.Stat(p, &st))
+		if st.Size != 64<<20+3 || st.Blocks*512 > 1<<20 {
+			t.Errorf("sparse file: size %d, %d bytes allocated", st.Size, st.Blocks*512)
+		}
+		fd, err := unix.Open(p, unix.O_RDONLY, 0)
+		must(t, err)
+		defer unix.Close(fd)
+		off, err := unix.Seek(fd, 0, unix.SEEK_DATA)
+		must(t, err)
+		if off < 1<<20 {
+			t.Errorf("SEEK_DATA = %d, want past the hole", off)
+		}
+	},
+	"Mmap": func(t *testing.T, d string) {
+		p := filepath.Join(d, "m")
+		writeFile(t, p, string(make([]byte, 8192)))
+		fd, err := unix.Open(p, unix.O_RDWR, 0)
+		must(t, err)
+		mem, err := unix.Mmap(fd, 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		must(t, err)
+		copy(mem[4096:], "mapped")
+		must(t, unix.Msync(mem, unix.MS_SYNC))
+		must(t, unix.Munmap(mem))
+		unix.Close(fd)
+		if got := readFile(t, p)[4096:4102]; got != "mapped" {
+			t.Errorf("after mmap write read %q", got)
+		}
+	},
+	"UnlinkOpenFile": func(t *testing.T, d string) {
+		p := filepath.Join(d, "f")
+		writeFile(t, p, "still here")
+		f, err := os.Open(p)
+		must(t, err)
+		defer f.Close()
+		must(t, os.Remove(p))
+		buf := make([]byte, 32)
+		n, _ := f.Read(buf)
+		if string(buf[:n]) != "still here" {
+			t.Errorf("read of unlinked file = %q", buf[:n])
+		}
+	},
+	"Permissions": func(t *testing.T, d string) {
+		must(t, os.Chmod(d, 0o755))
+		p := filepath.Join(d, "secret")
+		writeFile(t, p, "x")
+		must(t, os.Chmod(p, 0o600))
+		out, err := exec.Command("setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "cat", p).CombinedOutput()
+		if err == nil || !bytes.Contains(out, []byte("Permission denied")) {
+			t.Errorf("uid 1000 read a 0600 root file: %v %s", err, out)
+		}
+		must(t, os.Chmod(d, 0o777))
+		out, err = exec.Command("setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "touch", filepath.Join(d, "mine")).CombinedOutput()
+		if err != nil {
+			t.Fatalf("uid 1000 could not create: %v %s", err, out)
+		}
+		var st syscall.Stat_t
+		must(t, syscall.Stat(filepath.Join(d, "mine"), &st))
+		if st.Uid != 1000 || st.Gid != 1000 {
+			t.Errorf("new file owned by %d:%d, want 1000:1000", st.Uid, st.Gid)
+		}
+	},
+}
+
+// TestPOSIX runs the table on the main view, a branch and a nested branch.
+func TestPOSIX(t *testing.T) {
+	m := newMount(t, "")
+	views := []struct{ name, dir string }{{"main", m.mnt}}
+	run := func(view string) {
+		for name, check := range posixChecks {
+			t.Run(view+"/"+name, func(t *testing.T) {
+				d := filepath.Join(views[len(views)-1].dir, "t-"+view+"-"+name)
+				must(t, os.Mkdir(d, 0o755))
+				check(t, d)
+			})
+		}
+	}
+	run("main")
+	views = append(views, struct{ name, dir string }{"branch", m.create("b1")})
+	run("branch")
+	views = append(views, struct{ name, dir string }{"nested", m.create("b2", "b1")})
+	run("nested")
+	// Whatever the branches did, the base saw none of it.
+	for name := range posixChecks {
+		for _, view := range []string{"branch", "nested"} {
+			wantMissing(t, filepath.Join(m.base, "t-"+view+"-"+name))
+		}
+	}
+}
