@@ -1,0 +1,430 @@
+package fs_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/branchfs/branchfs/kernel"
+	"golang.org/x/sys/unix"
+)
+
+func ioctl(t *testing.T, path string, cmd uintptr, buf []byte) error {
+	t.Helper()
+	f, err := os.Open(path)
+	must(t, err)
+	defer f.Close()
+	var arg uintptr
+	if buf != nil {
+		arg = uintptr(unsafe.Pointer(&buf[0]))
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), cmd, arg); errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+func TestCopyOnWriteIsolation(t *testing.T) {
+	m := newMount(t, "")
+	b1, b2 := m.create("b1"), m.create("b2")
+	writeFile(t, filepath.Join(b1, "file"), "changed in b1\n")
+	writeFile(t, filepath.Join(b1, "dir", "new"), "new in b1\n")
+	must(t, os.Chmod(filepath.Join(b1, "dir", "a"), 0o600))
+	must(t, unix.Setxattr(filepath.Join(b1, "dir", "sub", "b"), "user.k", []byte("v"), 0))
+	for _, root := range []string{m.base, m.mnt, b2} {
+		wantContent(t, filepath.Join(root, "file"), "base file\n")
+		wantMissing(t, filepath.Join(root, "dir", "new"))
+		fi, err := os.Stat(filepath.Join(root, "dir", "a"))
+		must(t, err)
+		if fi.Mode().Perm() != 0o644 {
+			t.Errorf("%s: chmod leaked: %v", root, fi.Mode())
+		}
+		if _, err := unix.Getxattr(filepath.Join(root, "dir", "sub", "b"), "user.k", nil); err == nil {
+			t.Errorf("%s: setxattr leaked", root)
+		}
+	}
+	wantContent(t, filepath.Join(b1, "file"), "changed in b1\n")
+	// Creation is O(1): nothing of the base is copied.
+	out := m.ok("list", m.mnt, "--json")
+	if !strings.Contains(out, `"name":"b2","parent":"main","state":"live","epoch":0,"delta_bytes":0,"delta_files":0`) {
+		t.Errorf("fresh branch b2 is not empty: %s", out)
+	}
+}
+
+func TestTombstonesAndOpaqueDirs(t *testing.T) {
+	m := newMount(t, "")
+	b := m.create("b")
+	must(t, os.Remove(filepath.Join(b, "file")))
+	must(t, os.RemoveAll(filepath.Join(b, "dir")))
+	wantMissing(t, filepath.Join(b, "file"))
+	wantMissing(t, filepath.Join(b, "dir"))
+	must(t, os.Mkdir(filepath.Join(b, "dir"), 0o755))
+	if ents, _ := os.ReadDir(filepath.Join(b, "dir")); len(ents) != 0 {
+		t.Fatalf("recreated dir shows the old entries: %v", ents)
+	}
+	writeFile(t, filepath.Join(b, "dir", "fresh"), "fresh\n")
+	writeFile(t, filepath.Join(b, "file"), "reborn\n")
+	wantContent(t, filepath.Join(m.base, "dir", "a"), "a\n")
+	m.ok("commit", b)
+	ents, err := os.ReadDir(filepath.Join(m.base, "dir"))
+	must(t, err)
+	if len(ents) != 1 || ents[0].Name() != "fresh" {
+		t.Errorf("base dir after commit = %v, want [fresh]", ents)
+	}
+	wantContent(t, filepath.Join(m.base, "file"), "reborn\n")
+	wantContent(t, filepath.Join(m.mnt, "dir", "fresh"), "fresh\n")
+	// Nothing internal reaches the base.
+	filepath.Walk(m.base, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			t.Errorf("tombstone left in base: %s", p)
+		}
+		if names, _ := listxattr(p); strings.Contains(names, "branchfs") {
+			t.Errorf("internal xattr left in base: %s %q", p, names)
+		}
+		return nil
+	})
+}
+
+func listxattr(p string) (string, error) {
+	buf := make([]byte, 4096)
+	n, err := unix.Llistxattr(p, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+func TestRenameBaseDirectories(t *testing.T) {
+	m := newMount(t, "")
+	b := m.create("b")
+	must(t, os.Rename(filepath.Join(b, "dir"), filepath.Join(b, "moved")))
+	wantMissing(t, filepath.Join(b, "dir"))
+	wantContent(t, filepath.Join(b, "moved", "sub", "b"), "b\n")
+	must(t, os.Rename(filepath.Join(b, "file"), filepath.Join(b, "moved", "file")))
+	wantContent(t, filepath.Join(b, "moved", "file"), "base file\n")
+	wantContent(t, filepath.Join(m.base, "dir", "a"), "a\n")
+	m.ok("commit", b)
+	wantMissing(t, filepath.Join(m.base, "dir"))
+	wantMissing(t, filepath.Join(m.base, "file"))
+	wantContent(t, filepath.Join(m.base, "moved", "a"), "a\n")
+	wantContent(t, filepath.Join(m.base, "moved", "sub", "b"), "b\n")
+	wantContent(t, filepath.Join(m.base, "moved", "file"), "base file\n")
+}
+
+func TestHardlinkOfBaseFile(t *testing.T) {
+	m := newMount(t, "")
+	b := m.create("b")
+	must(t, os.Link(filepath.Join(b, "file"), filepath.Join(b, "file2")))
+	var s1, s2 syscall.Stat_t
+	must(t, syscall.Stat(filepath.Join(b, "file"), &s1))
+	must(t, syscall.Stat(filepath.Join(b, "file2"), &s2))
+	if s1.Ino != s2.Ino || s1.Nlink != 2 {
+		t.Errorf("link in branch: ino %d/%d nlink %d", s1.Ino, s2.Ino, s1.Nlink)
+	}
+	must(t, syscall.Stat(filepath.Join(m.base, "file"), &s1))
+	if s1.Nlink != 1 {
+		t.Errorf("base file got a link: nlink %d", s1.Nlink)
+	}
+	m.ok("commit", b)
+	must(t, syscall.Stat(filepath.Join(m.base, "file"), &s1))
+	must(t, syscall.Stat(filepath.Join(m.base, "file2"), &s2))
+	if s1.Ino != s2.Ino || s1.Nlink != 2 {
+		t.Errorf("after commit: ino %d/%d nlink %d", s1.Ino, s2.Ino, s1.Nlink)
+	}
+}
+
+func TestStaleBranch(t *testing.T) {
+	m := newMount(t, "")
+	b1, b2 := m.create("b1"), m.create("b2")
+	writeFile(t, filepath.Join(b2, "mine"), "b2\n")
+	r, err := os.Open(filepath.Join(b2, "file"))
+	must(t, err)
+	defer r.Close()
+	w, err := os.OpenFile(filepath.Join(b2, "mine"), os.O_RDWR, 0)
+	must(t, err)
+	defer w.Close()
+	writeFile(t, filepath.Join(b1, "file"), "b1 wins\n")
+	m.ok("commit", b1)
+	buf := make([]byte, 16)
+	_, err = r.ReadAt(buf, 0)
+	wantErrno(t, err, syscall.ESTALE)
+	_, err = w.WriteAt([]byte("late"), 0)
+	wantErrno(t, err, syscall.ESTALE)
+	_, err = w.ReadAt(buf, 0)
+	wantErrno(t, err, syscall.ESTALE)
+	_, err = os.Stat(filepath.Join(b2, "mine"))
+	wantErrno(t, err, syscall.ESTALE)
+	_, err = os.Create(filepath.Join(b2, "newer"))
+	wantErrno(t, err, syscall.ESTALE)
+	_, errOut, code := m.cli("commit", b2)
+	if code != 3 || !strings.Contains(errOut, "b2") || !strings.Contains(errOut, "stale") {
+		t.Errorf("commit of stale branch: exit %d, %q; want exit 3 naming b2", code, errOut)
+	}
+	wantContent(t, filepath.Join(m.base, "file"), "b1 wins\n")
+	wantMissing(t, filepath.Join(m.base, "mine"))
+	m.ok("abort", b2)
+	if out := m.ok("list", m.mnt); strings.Contains(out, "b2") {
+		t.Errorf("aborted branch still listed:\n%s", out)
+	}
+}
+
+// TestConcurrentCommits: of 16 siblings committing at once, exactly one wins.
+func TestConcurrentCommits(t *testing.T) {
+	m := newMount(t, "")
+	for round := 0; round < 5; round++ {
+		var views []string
+		for i := 0; i < 16; i++ {
+			buf := make([]byte, kernel.NameBufSize)
+			must(t, ioctl(t, filepath.Join(m.mnt, ".branchfs_ctl"), kernel.FS_IOC_BRANCH_CREATE, buf))
+			name := string(bytes.TrimRight(buf, "\x00"))
+			v := m.view(name)
+			writeFile(t, filepath.Join(v, "winner"), name)
+			views = append(views, v)
+		}
+		files := make([]*os.File, len(views))
+		for i, v := range views {
+			f, err := os.Open(filepath.Join(v, "winner"))
+			must(t, err)
+			files[i] = f
+		}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make([]error, len(views))
+		for i, f := range files {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), kernel.FS_IOC_BRANCH_COMMIT, 0); errno != 0 {
+					errs[i] = errno
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for _, f := range files {
+			f.Close()
+		}
+		winners := 0
+		var winner string
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				winners++
+				winner = filepath.Base(views[i])[1:]
+			case !errors.Is(err, syscall.ESTALE):
+				t.Errorf("round %d: commit %s: %v, want ESTALE", round, views[i], err)
+			}
+		}
+		if winners != 1 {
+			t.Fatalf("round %d: %d winners", round, winners)
+		}
+		wantContent(t, filepath.Join(m.base, "winner"), winner)
+		for _, v := range views {
+			if filepath.Base(v)[1:] != winner {
+				must(t, ioctl(t, filepath.Join(v, ".branchfs_ctl"), kernel.FS_IOC_BRANCH_ABORT, nil))
+			}
+		}
+	}
+}
+
+func TestFrozenOrigin(t *testing.T) {
+	m := newMount(t, "")
+	writeFile(t, filepath.Join(m.mnt, "before"), "writable without branches\n")
+	b1 := m.create("b1")
+	_, err := os.Create(filepath.Join(m.mnt, "after"))
+	wantErrno(t, err, syscall.EROFS)
+	wantContent(t, filepath.Join(m.mnt, "file"), "base file\n")
+	b2 := m.create("b2", "b1")
+	_, err = os.Create(filepath.Join(b1, "x"))
+	wantErrno(t, err, syscall.EROFS)
+	writeFile(t, filepath.Join(b2, "x"), "nested\n")
+	_, errOut, code := m.cli("abort", b1)
+	if code != 1 || !strings.Contains(errOut, "live child") {
+		t.Errorf("abort with live child: exit %d %q", code, errOut)
+	}
+	m.ok("commit", b2)
+	wantContent(t, filepath.Join(b1, "x"), "nested\n")
+	wantMissing(t, filepath.Join(m.mnt, "x"))
+	writeFile(t, filepath.Join(b1, "y"), "b1 writable again\n")
+	m.ok("commit", b1)
+	wantContent(t, filepath.Join(m.base, "x"), "nested\n")
+	wantContent(t, filepath.Join(m.base, "y"), "b1 writable again\n")
+	writeFile(t, filepath.Join(m.mnt, "after"), "main writable again\n")
+}
+
+func TestAbortRecursive(t *testing.T) {
+	m := newMount(t, "")
+	m.create("p")
+	c := m.create("c", "p")
+	writeFile(t, filepath.Join(c, "f"), "x")
+	m.ok("abort", "--recursive", m.view("p"))
+	out := m.ok("list", m.mnt)
+	if strings.Contains(out, "p ") || strings.Contains(out, "c ") {
+		t.Errorf("branches left after recursive abort:\n%s", out)
+	}
+	wantMissing(t, m.view("c"))
+	writeFile(t, filepath.Join(m.mnt, "f"), "main is writable again")
+}
+
+func TestBadInput(t *testing.T) {
+	m := newMount(t, "")
+	for _, name := range []string{"", ".hidden", "a/b", "a b", "..", strings.Repeat("x", 128), "ü", "main"} {
+		_, errOut, code := m.cli("create", name, m.mnt)
+		if code != 1 || errOut == "" || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("create %q: exit %d, stderr %q; want exit 1 and one line", name, code, errOut)
+		}
+	}
+	m.ok("create", strings.Repeat("x", 127), m.mnt)
+	_, errOut, code := m.cli("create", strings.Repeat("x", 127), m.mnt)
+	if code != 1 || !strings.Contains(errOut, "exists") {
+		t.Errorf("duplicate name: exit %d %q", code, errOut)
+	}
+	// Commit and abort of the main view are refused.
+	wantErrno(t, ioctl(t, filepath.Join(m.mnt, "file"), kernel.FS_IOC_BRANCH_COMMIT, nil), syscall.EINVAL)
+	wantErrno(t, ioctl(t, filepath.Join(m.mnt, ".branchfs_ctl"), kernel.FS_IOC_BRANCH_ABORT, nil), syscall.EINVAL)
+	if _, _, code := m.cli("commit", m.mnt); code != 1 {
+		t.Errorf("commit of main view: exit %d", code)
+	}
+	// Unknown ioctls are ENOTTY, as on any file.
+	wantErrno(t, ioctl(t, filepath.Join(m.mnt, "file"), 'b'<<8|9, nil), syscall.ENOTTY)
+	// The CLI refuses paths outside a mount.
+	if _, _, code := m.cli("commit", m.base); code != 1 {
+		t.Errorf("commit outside a mount: exit %d", code)
+	}
+	if out := m.ok("list", m.mnt, "--json"); strings.Count(out, `"name"`) != 2 {
+		t.Errorf("bad input changed the branch list: %s", out)
+	}
+}
+
+// TestNoEscape: nothing outside the base is reached through symlinks, in
+// the base or planted in a delta.
+func TestNoEscape(t *testing.T) {
+	m := newMount(t, "")
+	outside := t.TempDir()
+	writeFile(t, filepath.Join(outside, "secret"), "outside\n")
+	must(t, os.Symlink(outside, filepath.Join(m.base, "out")))
+	b := m.create("b")
+	// Replace the symlink with a directory in the branch and commit: the
+	// commit removes the link, never what it points to.
+	must(t, os.Remove(filepath.Join(b, "out")))
+	must(t, os.Mkdir(filepath.Join(b, "out"), 0o755))
+	writeFile(t, filepath.Join(b, "out", "secret"), "inside\n")
+	m.ok("commit", b)
+	wantContent(t, filepath.Join(outside, "secret"), "outside\n")
+	wantContent(t, filepath.Join(m.base, "out", "secret"), "inside\n")
+	// A symlink planted in a delta where a directory was is not followed.
+	b2 := m.create("b2")
+	writeFile(t, filepath.Join(b2, "dir", "mine"), "x")
+	delta := filepath.Join(m.store, "branches", "b2", "delta")
+	must(t, os.RemoveAll(filepath.Join(delta, "dir")))
+	must(t, os.Symlink(outside, filepath.Join(delta, "dir")))
+	_, err := os.ReadFile(filepath.Join(b2, "dir", "secret"))
+	if err == nil {
+		t.Errorf("read through a planted symlink succeeded")
+	}
+	if err := os.WriteFile(filepath.Join(b2, "dir", "secret"), []byte("pwned"), 0o644); err == nil {
+		t.Errorf("write through a planted symlink succeeded")
+	}
+	wantContent(t, filepath.Join(outside, "secret"), "outside\n")
+}
+
+// TestPassthroughCopyUp: a branch's writes never land in the base, even
+// while another process holds the base file open with passthrough.
+func TestPassthroughCopyUp(t *testing.T) {
+	for _, mode := range []string{"auto", "on"} {
+		t.Run(mode, func(t *testing.T) {
+			m := newMount(t, mode)
+			mainReader, err := os.Open(filepath.Join(m.mnt, "file"))
+			must(t, err)
+			defer mainReader.Close()
+			b := m.create("b")
+			branchReader, err := os.Open(filepath.Join(b, "file"))
+			must(t, err)
+			defer branchReader.Close()
+			w, err := os.OpenFile(filepath.Join(b, "file"), os.O_RDWR, 0)
+			must(t, err)
+			_, err = w.WriteAt([]byte("BRANCH!!!"), 0)
+			must(t, err)
+			must(t, w.Close())
+			wantContent(t, filepath.Join(m.base, "file"), "base file\n")
+			wantContent(t, filepath.Join(m.mnt, "file"), "base file\n")
+			wantContent(t, filepath.Join(b, "file"), "BRANCH!!!\n")
+			buf := make([]byte, 10)
+			n, _ := mainReader.ReadAt(buf, 0)
+			if string(buf[:n]) != "base file\n" {
+				t.Errorf("main reader sees %q", buf[:n])
+			}
+		})
+	}
+}
+
+func TestRemountKeepsBranches(t *testing.T) {
+	m := newMount(t, "")
+	b := m.create("keep")
+	writeFile(t, filepath.Join(b, "file"), "kept\n")
+	must(t, os.Remove(filepath.Join(b, "link")))
+	m.ok("unmount", m.mnt)
+	m.mounted = false
+	m.start()
+	wantContent(t, filepath.Join(b, "file"), "kept\n")
+	wantMissing(t, filepath.Join(b, "link"))
+	_, err := os.Create(filepath.Join(m.mnt, "x"))
+	wantErrno(t, err, syscall.EROFS)
+	m.ok("commit", b)
+	wantContent(t, filepath.Join(m.base, "file"), "kept\n")
+}
+
+func TestControlFileText(t *testing.T) {
+	m := newMount(t, "")
+	ctl := filepath.Join(m.mnt, ".branchfs_ctl")
+	fi, err := os.Stat(ctl)
+	must(t, err)
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("control file mode %v, want 0600", fi.Mode())
+	}
+	writeFile(t, ctl, "create:viatext")
+	writeFile(t, filepath.Join(m.view("viatext"), "t"), "text\n")
+	writeFile(t, filepath.Join(m.view("viatext"), ".branchfs_ctl"), "commit")
+	wantContent(t, filepath.Join(m.base, "t"), "text\n")
+	err = os.WriteFile(ctl, []byte("explode"), 0o600)
+	wantErrno(t, err, syscall.EINVAL)
+	if ents, _ := os.ReadDir(m.mnt); len(ents) > 0 {
+		for _, e := range ents {
+			if e.Name() == ".branchfs_ctl" || strings.HasPrefix(e.Name(), "@") {
+				t.Errorf("readdir of the mount shows %s", e.Name())
+			}
+		}
+	}
+}
+
+func TestNoDescriptorLeaks(t *testing.T) {
+	m := newMount(t, "")
+	round := func(prefix string) {
+		for i := 0; i < 10; i++ {
+			b := m.create(prefix + strconv.Itoa(i))
+			writeFile(t, filepath.Join(b, "file"), "x")
+			readFile(t, filepath.Join(b, "dir", "a"))
+			if i < 9 {
+				m.ok("abort", b)
+			} else {
+				m.ok("commit", b)
+			}
+		}
+	}
+	// The first round warms go-fuse's pools (splice pipes and the like).
+	round("warm")
+	before := m.daemonFds()
+	round("leak")
+	round("more")
+	if after := m.daemonFds(); after > before {
+		t.Errorf("daemon descriptors grew from %d to %d", before, after)
+	}
+}
