@@ -106,6 +106,7 @@ func (s *Store) Commit(name string) (*CommitResult, error) {
 	if err := planDir(src, target, "", !p.isMain(), j); err != nil {
 		return nil, &BranchError{"commit", name, err}
 	}
+	s.failpoint("commit-planned")
 	if err := writeJSON(s.journalPath(), j); err != nil {
 		return nil, &BranchError{"commit", name, err}
 	}

@@ -58,14 +58,14 @@ type mount struct {
 }
 
 // newMount mounts a fresh base holding a small sample tree.
-func newMount(t *testing.T, passthrough string) *mount {
+func newMount(t *testing.T, passthrough string, env ...string) *mount {
 	t.Helper()
 	dir := t.TempDir()
 	// Other users must reach the mount, as they would a shared workspace.
 	must(t, os.Chmod(dir, 0o755))
 	must(t, os.Chmod(filepath.Dir(dir), 0o755))
 	m := &mount{t: t, base: filepath.Join(dir, "base"), store: filepath.Join(dir, "store"),
-		mnt: filepath.Join(dir, "mnt"), passthrough: passthrough}
+		mnt: filepath.Join(dir, "mnt"), passthrough: passthrough, env: env}
 	for _, d := range []string{m.base, m.mnt, filepath.Join(m.base, "dir", "sub")} {
 		must(t, os.MkdirAll(d, 0o755))
 	}
