@@ -30,10 +30,15 @@ func (v *View) Open(rel string, flags int) (int, *Entry, error) {
 	if err != nil {
 		return -1, nil, err
 	}
-	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_NOCTTY
-	fd, err := v.layers[e.Layer].open(rel, flags|unix.O_NOFOLLOW, 0)
+	fd, err := v.layers[e.Layer].open(rel, flags&openFlags|unix.O_NOFOLLOW, 0)
 	return fd, e, err
 }
+
+// openFlags are the open(2) flags passed on to the underlying file. The
+// kernel adds internal bits (such as __FMODE_EXEC when a file is executed)
+// that openat2 refuses.
+const openFlags = unix.O_ACCMODE | unix.O_APPEND | unix.O_DIRECT | unix.O_DIRECTORY | unix.O_DSYNC |
+	unix.O_SYNC | unix.O_NOATIME | unix.O_NONBLOCK | unix.O_LARGEFILE | unix.O_TRUNC
 
 // prepareNew readies the top layer for a new entry at rel and returns the
 // top-layer parent directory and name. hidden reports that something below
@@ -100,8 +105,7 @@ func (v *View) Create(rel string, flags int, mode uint32, o Owner) (int, *Entry,
 		return -1, nil, err
 	}
 	defer unix.Close(pfd)
-	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_NOCTTY
-	fd, err := unix.Openat(pfd, name, flags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	fd, err := unix.Openat(pfd, name, flags&openFlags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	if err != nil {
 		return -1, nil, err
 	}

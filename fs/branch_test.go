@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -427,4 +428,24 @@ func TestNoDescriptorLeaks(t *testing.T) {
 	if after := m.daemonFds(); after > before {
 		t.Errorf("daemon descriptors grew from %d to %d", before, after)
 	}
+}
+
+// TestCClient builds the C example against prototype/include/branchfs.h
+// and drives a mount with it, as existing ioctl clients would.
+func TestCClient(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler")
+	}
+	m := newMount(t, "")
+	bin := filepath.Join(t.TempDir(), "ioctl_client")
+	out, err := exec.Command(cc, "-Wall", "-Werror", "-I../prototype/include", "-o", bin, "../prototype/examples/ioctl_client.c").CombinedOutput()
+	if err != nil {
+		t.Fatalf("cc: %v\n%s", err, out)
+	}
+	out, err = exec.Command(bin, m.mnt, "from-c", "hello from C").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ioctl_client: %v\n%s", err, out)
+	}
+	wantContent(t, filepath.Join(m.base, "from-c"), "hello from C")
 }

@@ -231,6 +231,14 @@ var posixChecks = map[string]func(t *testing.T, d string){
 			t.Errorf("after mmap write read %q", got)
 		}
 	},
+	"Exec": func(t *testing.T, d string) {
+		p := filepath.Join(d, "script.sh")
+		must(t, os.WriteFile(p, []byte("#!/bin/sh\necho ran \"$1\"\n"), 0o755))
+		out, err := exec.Command(p, "here").CombinedOutput()
+		if err != nil || string(out) != "ran here\n" {
+			t.Errorf("exec: %v %q", err, out)
+		}
+	},
 	"UnlinkOpenFile": func(t *testing.T, d string) {
 		p := filepath.Join(d, "f")
 		writeFile(t, p, "still here")

@@ -1,0 +1,24 @@
+GO      ?= go
+BIN     := bin/branchfs
+
+.PHONY: build demo test check bench qemu-test clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/branchfs
+
+# Mounts a generated workspace, tries three fixes in three branches and
+# commits the one whose test passes. Needs root (FUSE) and /dev/fuse.
+demo: build
+	./demo/demo.sh $(BIN)
+
+# Every filesystem test mounts for real; they need root and /dev/fuse.
+test:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+check:
+	test -z "$$(gofmt -l .)"
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 ./...
+
+clean:
+	rm -rf bin
