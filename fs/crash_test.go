@@ -31,9 +31,9 @@ func TestCrashDuringCommit(t *testing.T) {
 			if _, _, code := m.cli("commit", b); code == 0 {
 				t.Fatalf("commit succeeded; the failpoint did not fire")
 			}
-			m.crashed()
+			m.waitDead()
 			m.env = nil
-			m.start()
+			m.start() // over the dead mount, as a user restarting would
 
 			committed := point != "commit-planned"
 			type state struct {

@@ -104,9 +104,9 @@ func (m *mount) cleanup() {
 	}
 }
 
-// crashed cleans up after a daemon that died: the kernel still holds the
-// dead mount until it is detached.
-func (m *mount) crashed() {
+// waitDead waits for the daemon to die; the kernel keeps its mount,
+// answering ENOTCONN, until it is detached.
+func (m *mount) waitDead() {
 	m.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -120,8 +120,6 @@ func (m *mount) crashed() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	unix.Unmount(m.mnt, unix.MNT_DETACH)
-	m.mounted = false
 }
 
 // cli runs the branchfs command and returns stdout, stderr and exit status.

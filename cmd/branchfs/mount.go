@@ -46,6 +46,13 @@ func mountCmd() *cobra.Command {
 					return err
 				}
 			}
+			// A daemon that was killed leaves its mount behind, answering
+			// ENOTCONN; mounting again over it is what a restart means.
+			if _, err := os.Stat(mnt); errors.Is(err, syscall.ENOTCONN) {
+				if err := syscall.Unmount(mnt, syscall.MNT_DETACH); err != nil {
+					return fmt.Errorf("mount %s: clearing the dead mount: %w", mnt, err)
+				}
+			}
 			if !foreground {
 				return startDaemon(mnt, store)
 			}
@@ -227,7 +234,11 @@ func unmountCmd() *cobra.Command {
 }
 
 func unmount(mnt string) error {
-	err := syscall.Unmount(mnt, 0)
+	flags := 0
+	if _, err := os.Stat(mnt); errors.Is(err, syscall.ENOTCONN) {
+		flags = syscall.MNT_DETACH // the daemon is gone; nothing to flush
+	}
+	err := syscall.Unmount(mnt, flags)
 	if errors.Is(err, syscall.EPERM) {
 		if out, ferr := exec.Command("fusermount3", "-u", mnt).CombinedOutput(); ferr != nil {
 			return fmt.Errorf("%v: %s", ferr, strings.TrimSpace(string(out)))
