@@ -84,18 +84,16 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	if !ok {
 		return nil, syscall.ENOENT
 	}
-	before, err := n.view.Stat(srcRel)
-	if err != nil {
-		return nil, toErrno(err)
-	}
 	e, err := n.view.Link(srcRel, n.childRel(rel, name))
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	if before.Layer != e.Layer {
-		src.replaced()
-	}
-	return n.newChild(ctx, e, out), 0
+	// Both names are the source's inode, as the kernel expects of a link,
+	// even when linking copied the source up: its operations follow the
+	// path to the copy, so both names agree on inode number and link count
+	// at once.
+	fillAttr(&out.Attr, &e.Stat)
+	return &src.Inode, 0
 }
 
 func (n *Node) Unlink(ctx context.Context, name string) syscall.Errno {

@@ -9,13 +9,15 @@ package kernel
 const (
 	// FS_IOC_BRANCH_CREATE creates a child of the view the file belongs
 	// to and writes its name, NUL-padded, to a 128-byte buffer.
-	FS_IOC_BRANCH_CREATE = 2<<30 | NameBufSize<<16 | 'b'<<8 | 0
+	FS_IOC_BRANCH_CREATE = iocRead<<30 | NameBufSize<<16 | 'b'<<8 // nr 0
 	// FS_IOC_BRANCH_COMMIT commits the view into its parent; ESTALE when a
 	// sibling committed first.
 	FS_IOC_BRANCH_COMMIT = 'b'<<8 | 1
 	// FS_IOC_BRANCH_ABORT drops the view's branch.
 	FS_IOC_BRANCH_ABORT = 'b'<<8 | 2
 )
+
+const iocRead = 2 // _IOC_READ: the kernel writes to the caller's buffer
 
 // NameBufSize is the size of the name buffer of FS_IOC_BRANCH_CREATE.
 const NameBufSize = 128
