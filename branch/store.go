@@ -142,6 +142,14 @@ func Open(dir, base string) (*Store, error) {
 		return nil, err
 	}
 	s.devIndex(s.base.dev)
+	var sst unix.Stat_t
+	if err := unix.Stat(dir, &sst); err != nil {
+		return nil, err
+	}
+	if sst.Dev != s.base.dev {
+		// Commits are renames from the store into the base.
+		return nil, fmt.Errorf("store %s is not on the same filesystem as base %s; choose one with --store", dir, base)
+	}
 	if err := s.recover(); err != nil {
 		return nil, fmt.Errorf("recovering interrupted commit: %w", err)
 	}
