@@ -18,9 +18,12 @@ import (
 // Every test here mounts for real through the branchfs binary, as a user
 // would. They need root and /dev/fuse.
 
-var binary string
+// binary is branchfs built for the tests; helper is a copy of this test
+// binary that other users can run.
+var binary, helper string
 
 func TestMain(m *testing.M) {
+	fsopHelper()
 	if os.Geteuid() != 0 {
 		fmt.Println("skipping mount tests: they need root")
 		os.Exit(0)
@@ -33,7 +36,13 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	// Helper processes run as other users: they must reach the binaries.
+	os.Chmod(dir, 0o755)
 	binary = filepath.Join(dir, "branchfs")
+	helper = filepath.Join(dir, "fs.test")
+	if data, err := os.ReadFile(os.Args[0]); err == nil {
+		os.WriteFile(helper, data, 0o755)
+	}
 	args := []string{"build", "-o", binary}
 	if raceBuild {
 		args = append(args, "-race")

@@ -19,7 +19,8 @@ func caller(ctx context.Context) branch.Owner {
 // reserved refuses to create or remove the control file's name.
 func (n *Node) reserved(name string) bool { return n.viewRoot && name == ControlName }
 
-func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+// makeChild runs one of the calls that create an entry and returns its inode.
+func (n *Node) makeChild(ctx context.Context, name string, out *fuse.EntryOut, make func(rel string) (*branch.Entry, error)) (*gofs.Inode, syscall.Errno) {
 	if n.reserved(name) {
 		return nil, syscall.EEXIST
 	}
@@ -28,43 +29,29 @@ func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, errno
 	}
 	defer n.view.Unlock()
-	e, err := n.view.Mkdir(n.childRel(rel, name), mode, caller(ctx))
+	e, err := make(n.childRel(rel, name))
 	if err != nil {
 		return nil, toErrno(err)
 	}
 	return n.newChild(ctx, e, out), 0
+}
+
+func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return n.makeChild(ctx, name, out, func(rel string) (*branch.Entry, error) {
+		return n.view.Mkdir(rel, mode, caller(ctx))
+	})
 }
 
 func (n *Node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if n.reserved(name) {
-		return nil, syscall.EEXIST
-	}
-	rel, errno := n.begin()
-	if errno != 0 {
-		return nil, errno
-	}
-	defer n.view.Unlock()
-	e, err := n.view.Mknod(n.childRel(rel, name), mode, dev, caller(ctx))
-	if err != nil {
-		return nil, toErrno(err)
-	}
-	return n.newChild(ctx, e, out), 0
+	return n.makeChild(ctx, name, out, func(rel string) (*branch.Entry, error) {
+		return n.view.Mknod(rel, mode, dev, caller(ctx))
+	})
 }
 
 func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if n.reserved(name) {
-		return nil, syscall.EEXIST
-	}
-	rel, errno := n.begin()
-	if errno != 0 {
-		return nil, errno
-	}
-	defer n.view.Unlock()
-	e, err := n.view.Symlink(target, n.childRel(rel, name), caller(ctx))
-	if err != nil {
-		return nil, toErrno(err)
-	}
-	return n.newChild(ctx, e, out), 0
+	return n.makeChild(ctx, name, out, func(rel string) (*branch.Entry, error) {
+		return n.view.Symlink(target, rel, caller(ctx))
+	})
 }
 
 func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
