@@ -28,7 +28,7 @@ type step struct {
 }
 
 func as(uid, gid int, op string, args ...string) step { return step{uid, gid, op, args} }
-func root(op string, args ...string) step           { return step{-1, -1, op, args} }
+func root(op string, args ...string) step             { return step{-1, -1, op, args} }
 
 var conformanceScripts = map[string][]step{
 	"chmod": {
