@@ -48,7 +48,7 @@ func mountCmd() *cobra.Command {
 			}
 			// A daemon that was killed leaves its mount behind, answering
 			// ENOTCONN; mounting again over it is what a restart means.
-			if _, err := os.Stat(mnt); errors.Is(err, syscall.ENOTCONN) {
+			if deadMount(mnt) {
 				if err := syscall.Unmount(mnt, syscall.MNT_DETACH); err != nil {
 					return fmt.Errorf("mount %s: clearing the dead mount: %w", mnt, err)
 				}
@@ -235,7 +235,7 @@ func unmountCmd() *cobra.Command {
 
 func unmount(mnt string) error {
 	flags := 0
-	if _, err := os.Stat(mnt); errors.Is(err, syscall.ENOTCONN) {
+	if deadMount(mnt) {
 		flags = syscall.MNT_DETACH // the daemon is gone; nothing to flush
 	}
 	err := syscall.Unmount(mnt, flags)
@@ -246,4 +246,11 @@ func unmount(mnt string) error {
 		return nil
 	}
 	return err
+}
+
+// deadMount reports a FUSE mount whose daemon is gone. statfs always asks
+// the daemon, where stat may be answered from the kernel's cache.
+func deadMount(mnt string) bool {
+	var st syscall.Statfs_t
+	return errors.Is(syscall.Statfs(mnt, &st), syscall.ENOTCONN)
 }
