@@ -1,11 +1,9 @@
 package branch
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"syscall"
 
@@ -14,12 +12,12 @@ import (
 
 // A commit moves a branch's delta into its parent: into the base directory
 // itself when the parent is main, else into the parent's delta. It is a redo
-// log: the plan is written to STORE/journal.json and synced before anything
-// moves, every step can run again after a crash with the same result, and
-// Open replays a journal it finds. A crash before the journal is durable
-// leaves the branch live and the parent untouched; after it, the commit is
-// finished on the next mount. Moves are renames within one filesystem, so
-// their cost does not depend on file size.
+// log: the plan is appended to the state log and synced before anything
+// moves (the only sync of a commit), every step can run again after a crash
+// with the same result, and Open replays a commit that has no "done" record.
+// A crash before the plan is durable leaves the branch live and the parent
+// untouched; after it, the commit is finished on the next mount. Moves are
+// renames within one filesystem, so their cost does not depend on file size.
 
 type opKind string
 
@@ -53,15 +51,6 @@ type op struct {
 	Scrub bool     `json:"scrub,omitempty"`
 	Meta  *dirMeta `json:"meta,omitempty"`
 }
-
-type journal struct {
-	Branch   string `json:"branch"`
-	Parent   string `json:"parent"`
-	NewEpoch uint64 `json:"new_epoch"` // the parent's epoch once committed
-	Ops      []op   `json:"ops"`
-}
-
-func (s *Store) journalPath() string { return filepath.Join(s.dir, "journal.json") }
 
 // failpoint kills the process, as kill -9 would, at a named step.
 func (s *Store) failpoint(name string) {
@@ -102,19 +91,16 @@ func (s *Store) Commit(name string) (*CommitResult, error) {
 	p := b.parent
 	target := p.view.layers[0]
 	src := b.view.layers[0]
-	j := &journal{Branch: name, Parent: p.meta.Name, NewEpoch: p.epoch() + 1}
+	j := &logRecord{Op: logCommit, Name: name, Parent: p.meta.Name, NewEpoch: p.epoch() + 1}
 	if err := planDir(src, target, "", !p.isMain(), j); err != nil {
 		return nil, &BranchError{"commit", name, err}
 	}
 	s.failpoint("commit-planned")
-	if err := writeJSON(s.journalPath(), j); err != nil {
+	if err := s.log.append(j, true); err != nil {
 		return nil, &BranchError{"commit", name, err}
 	}
 	s.failpoint("commit-journaled")
-	if err := s.apply(j, src, target); err != nil {
-		// The journal stays: the next mount finishes the commit.
-		return nil, &BranchError{"commit", name, fmt.Errorf("applying journal: %w", err)}
-	}
+	// Decided: from here the commit completes, now or on the next mount.
 	res := &CommitResult{Parent: p.meta.Name}
 	for _, o := range j.Ops {
 		res.Paths = append(res.Paths, o.Dst)
@@ -124,8 +110,19 @@ func (s *Store) Commit(name string) (*CommitResult, error) {
 			res.Stale = append(res.Stale, s.markStale(c)...)
 		}
 	}
+	p.meta.Epoch = j.NewEpoch
+	b.meta.Committed = true
+	p.liveChildren.Add(-1)
+	err = s.apply(j, src, target)
+	s.retire(b, Committed)
+	if err != nil {
+		return nil, &BranchError{"commit", name, fmt.Errorf("applying the journal (the next mount finishes it): %w", err)}
+	}
 	if err := s.finish(j); err != nil {
 		return nil, &BranchError{"commit", name, err}
+	}
+	if p.view != nil {
+		p.view.invalidate()
 	}
 	return res, nil
 }
@@ -147,7 +144,7 @@ func (s *Store) markStale(c *Branch) []string {
 
 // planDir lists the steps that merge src's directory rel into target's.
 // Tombstones go first so that a name is never briefly doubled.
-func planDir(src, target *layer, rel string, targetIsDelta bool, j *journal) error {
+func planDir(src, target *layer, rel string, targetIsDelta bool, j *logRecord) error {
 	names, err := src.names(rel)
 	if err != nil {
 		return err
@@ -221,7 +218,7 @@ func readDirMeta(l *layer, rel string, st *unix.Stat_t) (*dirMeta, error) {
 }
 
 // apply runs a journal's steps; every one may already have happened.
-func (s *Store) apply(j *journal, src, target *layer) error {
+func (s *Store) apply(j *logRecord, src, target *layer) error {
 	for i, o := range j.Ops {
 		var err error
 		switch o.Kind {
@@ -395,71 +392,30 @@ func (l *layer) setDirMeta(rel string, m *dirMeta) error {
 	return unix.UtimesNanoAt(pfd, name, ts, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// finish records the commit: the parent's new epoch, the branch as
-// committed, and the journal gone. Each step may be repeated.
-func (s *Store) finish(j *journal) error {
-	b := s.branches[j.Branch]
-	p, err := s.lookupBranch(j.Parent)
-	if err != nil {
-		return err
-	}
-	p.meta.Epoch = j.NewEpoch
-	if p.isMain() {
-		s.meta.MainEpoch = j.NewEpoch
-		err = s.saveMeta()
-	} else {
-		err = writeJSON(filepath.Join(s.branchDir(p.meta.Name), "meta.json"), &p.meta)
-	}
-	if err != nil {
-		return err
-	}
-	s.failpoint("commit-epoch")
-	if b != nil {
+// finish drops what is left of the branch (its stale children, and
+// directories that were merged into existing ones) and records that the
+// commit is done. Each step may be repeated.
+func (s *Store) finish(j *logRecord) error {
+	if b := s.branches[j.Name]; b != nil {
 		for _, c := range s.children(b) {
 			if err := s.drop(c); err != nil {
 				return err
 			}
 		}
-		b.meta.Committed = true
-		if err := writeJSON(filepath.Join(s.branchDir(b.meta.Name), "meta.json"), &b.meta); err != nil {
-			return err
-		}
-		if b.State() == Live {
-			p.liveChildren.Add(-1)
-		}
-		s.retire(b, Committed)
 	}
-	// What stays in the delta are directories merged into existing ones.
-	if err := s.trash(s.deltaDir(j.Branch)); err != nil {
+	if err := s.trash(s.deltaDir(j.Name)); err != nil {
 		return err
 	}
-	if err := os.Remove(s.journalPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	if p.view != nil {
-		p.view.invalidate()
-	}
-	return nil
+	s.failpoint("commit-epoch")
+	return s.log.append(&logRecord{Op: logDone, Name: j.Name}, false)
 }
 
-// recover finishes a commit that a crash interrupted. It runs before the
-// branches are loaded, from the journal alone.
-func (s *Store) recover() error {
-	data, err := os.ReadFile(s.journalPath())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var j journal
-	if err := json.Unmarshal(data, &j); err != nil {
-		return fmt.Errorf("%s: %w", s.journalPath(), err)
-	}
-	src, err := openLayer(s.deltaDir(j.Branch), true)
-	if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOENT) {
-		// The delta was already trashed: only the journal is left.
-		return os.Remove(s.journalPath())
+// replayCommit finishes a commit that a crash interrupted, from its record
+// alone, before the branches are linked.
+func (s *Store) replayCommit(j *logRecord) error {
+	src, err := openLayer(s.deltaDir(j.Name), true)
+	if isNotExist(err) {
+		return nil // every step had happened: the delta was already trashed
 	}
 	if err != nil {
 		return err
@@ -474,32 +430,10 @@ func (s *Store) recover() error {
 		return err
 	}
 	defer target.close()
-	if err := s.apply(&j, src, target); err != nil {
+	if err := s.apply(j, src, target); err != nil {
 		return err
 	}
-	// finish needs branch records; load just the two it touches.
-	for _, n := range []string{j.Branch, j.Parent} {
-		if n == MainName {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(s.branchDir(n), "meta.json"))
-		if err != nil {
-			return err
-		}
-		b := &Branch{}
-		if err := json.Unmarshal(data, &b.meta); err != nil {
-			return err
-		}
-		s.branches[n] = b
-	}
-	s.main = &Branch{meta: branchMeta{Name: MainName, Epoch: s.meta.MainEpoch}}
-	if b := s.branches[j.Branch]; b != nil {
-		b.state.Store(int32(Stale)) // neither live nor counted as a child
-		b.parent, _ = s.lookupBranch(j.Parent)
-	}
-	err = s.finish(&j)
-	clear(s.branches)
-	return err
+	return s.trash(s.deltaDir(j.Name))
 }
 
 // names lists every name in a layer directory, tombstones included.

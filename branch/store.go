@@ -6,13 +6,13 @@
 //
 // Store layout:
 //
-//	STORE/branchfs.json           format version, base path, main's epoch
-//	STORE/lock                    flock held by the daemon that owns the store
-//	STORE/journal.json            the commit in flight, if any
-//	STORE/branches/NAME/meta.json name, parent, epochs, state
-//	STORE/branches/NAME/delta/    files the branch changed; tombstones; opaque dirs
-//	STORE/branches/NAME/images/   reserved for checkpointed process memory
-//	STORE/tmp/, STORE/trash/      staging for creation and deletion
+//	STORE/branchfs.json        format version and base path
+//	STORE/lock                 flock held by the daemon that owns the store
+//	STORE/log                  the state log: branches, epochs, commit journal
+//	STORE/deltas/NAME/         files the branch changed; tombstones; opaque dirs
+//	STORE/branches/NAME/       reserved for per-branch data such as
+//	                           checkpointed process memory (images/)
+//	STORE/tmp/, STORE/trash/   staging for creation and deletion
 package branch
 
 import (
@@ -56,18 +56,17 @@ func (s State) String() string {
 const formatVersion = 1
 
 type storeMeta struct {
-	Version   int    `json:"version"`
-	Base      string `json:"base"`
-	MainEpoch uint64 `json:"main_epoch"`
+	Version int    `json:"version"`
+	Base    string `json:"base"`
 }
 
 type branchMeta struct {
-	Name        string    `json:"name"`
-	Parent      string    `json:"parent"`
-	ParentEpoch uint64    `json:"parent_epoch"` // the parent's epoch when this branch was made
-	Epoch       uint64    `json:"epoch"`        // commits received from children
-	Committed   bool      `json:"committed,omitempty"`
-	Created     time.Time `json:"created"`
+	Name        string
+	Parent      string
+	ParentEpoch uint64 // the parent's epoch when this branch was made
+	Epoch       uint64 // commits received from children
+	Committed   bool
+	Created     time.Time
 }
 
 // Branch is one node of the branch tree; main is the root and shows the base.
@@ -93,6 +92,7 @@ type Store struct {
 	dir      string
 	lockFile *os.File
 	meta     storeMeta
+	log      *stateLog
 	base     *layer
 	main     *Branch
 	branches map[string]*Branch // every branch but main, including committed ones
@@ -120,7 +120,7 @@ func Open(dir, base string) (*Store, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("base %s is not a directory", base)
 	}
-	for _, d := range []string{dir, filepath.Join(dir, "branches"), filepath.Join(dir, "tmp"), filepath.Join(dir, "trash")} {
+	for _, d := range []string{dir, filepath.Join(dir, "deltas"), filepath.Join(dir, "tmp"), filepath.Join(dir, "trash")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
@@ -150,15 +150,12 @@ func Open(dir, base string) (*Store, error) {
 		// Commits are renames from the store into the base.
 		return nil, fmt.Errorf("store %s is not on the same filesystem as base %s; choose one with --store", dir, base)
 	}
-	if err := s.recover(); err != nil {
-		return nil, fmt.Errorf("recovering interrupted commit: %w", err)
-	}
 	// Leftovers of creations and deletions a crash interrupted.
 	emptyDir(filepath.Join(dir, "tmp"))
-	go emptyDir(filepath.Join(dir, "trash"))
-	if err := s.loadBranches(); err != nil {
+	if err := s.load(); err != nil {
 		return nil, err
 	}
+	go emptyDir(filepath.Join(dir, "trash"))
 	ok = true
 	return s, nil
 }
@@ -188,7 +185,8 @@ func (s *Store) loadMeta(base string) error {
 	data, err := os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
 		s.meta = storeMeta{Version: formatVersion, Base: base}
-		return s.saveMeta()
+		data, _ := json.MarshalIndent(&s.meta, "", "  ")
+		return renameio.WriteFile(p, append(data, '\n'), 0o600)
 	}
 	if err != nil {
 		return err
@@ -205,44 +203,100 @@ func (s *Store) loadMeta(base string) error {
 	return nil
 }
 
-func (s *Store) saveMeta() error {
-	return writeJSON(filepath.Join(s.dir, "branchfs.json"), &s.meta)
-}
+func (s *Store) logPath() string             { return filepath.Join(s.dir, "log") }
+func (s *Store) deltaDir(name string) string { return filepath.Join(s.dir, "deltas", name) }
 
-func writeJSON(path string, v any) error {
-	data, err := json.MarshalIndent(v, "", "  ")
+// load replays the state log, finishes a commit that a crash interrupted,
+// drops what a crash left half made, and writes the log anew.
+func (s *Store) load() error {
+	recs, err := readLog(s.logPath())
 	if err != nil {
 		return err
 	}
-	return renameio.WriteFile(path, append(data, '\n'), 0o600)
-}
-
-func (s *Store) branchDir(name string) string { return filepath.Join(s.dir, "branches", name) }
-func (s *Store) deltaDir(name string) string  { return filepath.Join(s.dir, "branches", name, "delta") }
-
-func (s *Store) loadBranches() error {
-	s.main = &Branch{meta: branchMeta{Name: MainName, Epoch: s.meta.MainEpoch}}
-	s.main.view = s.newView(s.main, []*layer{s.base})
-	ents, err := os.ReadDir(filepath.Join(s.dir, "branches"))
+	s.main = &Branch{meta: branchMeta{Name: MainName}}
+	var pending *logRecord
+	for i := range recs {
+		r := &recs[i]
+		switch r.Op {
+		case logBranch:
+			if r.Name == MainName {
+				s.main.meta.Epoch = r.Epoch
+				continue
+			}
+			s.branches[r.Name] = &Branch{meta: branchMeta{Name: r.Name, Parent: r.Parent,
+				ParentEpoch: r.ParentEpoch, Epoch: r.Epoch, Committed: r.Committed, Created: r.Created}}
+		case logCreate:
+			s.branches[r.Name] = &Branch{meta: branchMeta{Name: r.Name, Parent: r.Parent,
+				ParentEpoch: r.ParentEpoch, Created: r.Created}}
+		case logAbort:
+			delete(s.branches, r.Name)
+		case logCommit:
+			// From here on the commit is decided, done or not.
+			if b := s.branches[r.Name]; b != nil {
+				b.meta.Committed = true
+			}
+			if r.Parent == MainName {
+				s.main.meta.Epoch = r.NewEpoch
+			} else if p := s.branches[r.Parent]; p != nil {
+				p.meta.Epoch = r.NewEpoch
+			}
+			pending = r
+		case logDone:
+			pending = nil
+		}
+	}
+	if pending != nil {
+		if err := s.replayCommit(pending); err != nil {
+			return fmt.Errorf("finishing the commit of %s: %w", pending.Name, err)
+		}
+	}
+	// A branch whose delta is gone was being aborted or was committed.
+	for name, b := range s.branches {
+		if b.meta.Committed {
+			continue
+		}
+		if _, err := os.Lstat(s.deltaDir(name)); err != nil {
+			delete(s.branches, name)
+		}
+	}
+	// A delta with no branch was being created.
+	ents, err := os.ReadDir(filepath.Join(s.dir, "deltas"))
 	if err != nil {
 		return err
 	}
 	for _, e := range ents {
-		data, err := os.ReadFile(filepath.Join(s.branchDir(e.Name()), "meta.json"))
-		if err != nil {
-			return fmt.Errorf("branch %s: %w", e.Name(), err)
+		if b := s.branches[e.Name()]; b == nil || b.meta.Committed {
+			if err := s.trash(s.deltaDir(e.Name())); err != nil {
+				return err
+			}
 		}
-		b := &Branch{}
-		if err := json.Unmarshal(data, &b.meta); err != nil {
-			return fmt.Errorf("branch %s: %w", e.Name(), err)
-		}
-		s.branches[b.meta.Name] = b
 	}
-	// Link parents and derive state top-down: a branch is stale when its
-	// parent moved on since it was made, or when its parent is stale.
+	if err := s.link(); err != nil {
+		return err
+	}
+	if err := writeSnapshot(s.logPath(), s.snapshot()); err != nil {
+		return err
+	}
+	if s.log, err = openStateLog(s.logPath()); err != nil {
+		return err
+	}
+	s.main.view = s.newView(s.main, []*layer{s.base})
+	for _, n := range s.sortedNames() {
+		if b := s.branches[n]; b.State() != Committed {
+			if err := s.openView(b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// link connects every branch to its parent and derives its state: a branch
+// is stale when its parent moved on since it was made, or is not live.
+func (s *Store) link() error {
 	var resolve func(b *Branch) error
 	resolve = func(b *Branch) error {
-		if b.parent != nil || b.isMainName() {
+		if b.parent != nil {
 			return nil
 		}
 		p := s.main
@@ -266,29 +320,38 @@ func (s *Store) loadBranches() error {
 		}
 		return nil
 	}
-	names := make([]string, 0, len(s.branches))
-	for n := range s.branches {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range s.sortedNames() {
 		if err := resolve(s.branches[n]); err != nil {
-			return err
-		}
-	}
-	for _, n := range names {
-		b := s.branches[n]
-		if b.State() == Committed {
-			continue
-		}
-		if err := s.openView(b); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (b *Branch) isMainName() bool { return b.meta.Name == MainName }
+func (s *Store) sortedNames() []string {
+	names := make([]string, 0, len(s.branches))
+	for n := range s.branches {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// snapshot is the state as log records, parents before their children.
+func (s *Store) snapshot() []logRecord {
+	recs := []logRecord{{Op: logBranch, Name: MainName, Epoch: s.main.epoch()}}
+	var add func(p *Branch)
+	add = func(p *Branch) {
+		for _, c := range s.children(p) {
+			m := c.meta
+			recs = append(recs, logRecord{Op: logBranch, Name: m.Name, Parent: m.Parent, ParentEpoch: m.ParentEpoch,
+				Epoch: m.Epoch, Committed: m.Committed, Created: m.Created})
+			add(c)
+		}
+	}
+	add(s.main)
+	return recs
+}
 
 // openView builds b's layer stack: its delta over its parent's stack.
 func (s *Store) openView(b *Branch) error {
@@ -327,6 +390,9 @@ func (s *Store) Close() error {
 	}
 	if s.base != nil {
 		s.base.close()
+	}
+	if s.log != nil {
+		s.log.close()
 	}
 	if s.lockFile != nil {
 		s.lockFile.Close()
@@ -399,40 +465,62 @@ func (s *Store) Create(name, parent string) (*View, error) {
 	b := &Branch{parent: p, meta: branchMeta{
 		Name: name, Parent: p.meta.Name, ParentEpoch: p.epoch(), Created: time.Now().UTC(),
 	}}
-	// Build the branch in tmp/ and rename it into place, so a crash leaves
-	// either no branch or a whole one.
-	tmp, err := os.MkdirTemp(filepath.Join(s.dir, "tmp"), name+".")
+	// The delta's root is the view's root directory: it starts as a copy
+	// of the parent's, so that mode and owner decide access as before.
+	root, err := p.view.layers[0].lstat("")
 	if err != nil {
-		return nil, err
-	}
-	if err := os.Mkdir(filepath.Join(tmp, "delta"), 0o755); err != nil {
-		os.RemoveAll(tmp)
-		return nil, err
-	}
-	data, _ := json.MarshalIndent(&b.meta, "", "  ")
-	if err := os.WriteFile(filepath.Join(tmp, "meta.json"), append(data, '\n'), 0o600); err != nil {
-		os.RemoveAll(tmp)
 		return nil, err
 	}
 	if old != nil {
 		// A committed record only keeps its name for list; reuse frees it.
-		if err := s.trash(s.branchDir(name)); err != nil {
-			os.RemoveAll(tmp)
+		if err := s.forget(old); err != nil {
 			return nil, err
 		}
-		delete(s.branches, name)
 	}
-	if err := os.Rename(tmp, s.branchDir(name)); err != nil {
-		os.RemoveAll(tmp)
+	dir := s.deltaDir(name)
+	if err := unix.Mkdir(dir, root.Mode&07777); err != nil {
 		return nil, err
 	}
-	if err := s.openView(b); err != nil {
-		s.trash(s.branchDir(name))
+	top, err := s.initDeltaRoot(dir, &root)
+	if err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
+	m := &b.meta
+	rec := logRecord{Op: logCreate, Name: name, Parent: m.Parent, ParentEpoch: m.ParentEpoch, Created: m.Created}
+	if err := s.log.append(&rec, false); err != nil {
+		top.close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s.devIndex(top.dev)
+	b.view = s.newView(b, append([]*layer{top}, p.view.layers...))
 	s.branches[name] = b
 	p.liveChildren.Add(1)
 	return b.view, nil
+}
+
+func (s *Store) initDeltaRoot(dir string, root *unix.Stat_t) (*layer, error) {
+	top, err := openLayer(dir, true)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(top.fd, &st)
+	if err == nil && (st.Uid != root.Uid || st.Gid != root.Gid) {
+		err = unix.Fchownat(top.fd, "", int(root.Uid), int(root.Gid), unix.AT_EMPTY_PATH)
+	}
+	if err == nil && st.Mode != root.Mode {
+		err = unix.Chmod(procPath(top.fd), root.Mode&07777)
+	}
+	if err == nil {
+		err = unix.UtimesNano(procPath(top.fd), []unix.Timespec{root.Atim, root.Mtim})
+	}
+	if err != nil {
+		top.close()
+		return nil, err
+	}
+	return top, nil
 }
 
 func (s *Store) freeName() string {
@@ -482,17 +570,20 @@ func (s *Store) Abort(name string, recursive bool) error {
 // drop removes b and all its descendants. The caller holds s.mu.
 func (s *Store) drop(b *Branch) error {
 	for _, c := range s.children(b) {
+		var err error
 		if c.State() == Committed {
-			if err := s.forget(c); err != nil {
-				return err
-			}
-			continue
+			err = s.forget(c)
+		} else {
+			err = s.drop(c)
 		}
-		if err := s.drop(c); err != nil {
+		if err != nil {
 			return err
 		}
 	}
-	if err := s.trash(s.branchDir(b.meta.Name)); err != nil {
+	if err := s.trash(s.deltaDir(b.meta.Name)); err != nil {
+		return err
+	}
+	if err := s.log.append(&logRecord{Op: logAbort, Name: b.meta.Name}, false); err != nil {
 		return err
 	}
 	if b.State() == Live {
@@ -505,7 +596,7 @@ func (s *Store) drop(b *Branch) error {
 
 // forget removes the record of a committed branch.
 func (s *Store) forget(b *Branch) error {
-	if err := s.trash(s.branchDir(b.meta.Name)); err != nil {
+	if err := s.log.append(&logRecord{Op: logAbort, Name: b.meta.Name}, false); err != nil {
 		return err
 	}
 	delete(s.branches, b.meta.Name)

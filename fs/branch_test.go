@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/branchfs/branchfs/kernel"
@@ -324,7 +325,7 @@ func TestNoEscape(t *testing.T) {
 	// A symlink planted in a delta where a directory was is not followed.
 	b2 := m.create("b2")
 	writeFile(t, filepath.Join(b2, "dir", "mine"), "x")
-	delta := filepath.Join(m.store, "branches", "b2", "delta")
+	delta := filepath.Join(m.store, "deltas", "b2")
 	must(t, os.RemoveAll(filepath.Join(delta, "dir")))
 	must(t, os.Symlink(outside, filepath.Join(delta, "dir")))
 	_, err := os.ReadFile(filepath.Join(b2, "dir", "secret"))
@@ -448,4 +449,24 @@ func TestCClient(t *testing.T) {
 		t.Fatalf("ioctl_client: %v\n%s", err, out)
 	}
 	wantContent(t, filepath.Join(m.base, "from-c"), "hello from C")
+}
+
+// TestBranchRootAttributes: a branch's root has the mode, owner and times
+// of its parent's root, so access to it is decided as for the base.
+func TestBranchRootAttributes(t *testing.T) {
+	m := newMount(t, "")
+	must(t, os.Chown(m.base, 1000, 1000))
+	must(t, os.Chmod(m.base, 0o750))
+	mt := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	must(t, os.Chtimes(m.base, mt, mt))
+	b := m.create("b")
+	var st syscall.Stat_t
+	must(t, syscall.Stat(b, &st))
+	if st.Uid != 1000 || st.Gid != 1000 || st.Mode&07777 != 0o750 || st.Mtim.Sec != mt.Unix() {
+		t.Errorf("branch root: %d:%d mode %o mtime %d; want 1000:1000 0750 %d", st.Uid, st.Gid, st.Mode&07777, st.Mtim.Sec, mt.Unix())
+	}
+	out, err := exec.Command("setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "touch", filepath.Join(b, "mine")).CombinedOutput()
+	if err != nil {
+		t.Errorf("owner of the base cannot write the branch root: %v %s", err, out)
+	}
 }

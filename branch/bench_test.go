@@ -1,0 +1,58 @@
+package branch
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// BenchmarkCreate measures branch creation in the store alone, without FUSE.
+func BenchmarkCreate(b *testing.B) {
+	dir := b.TempDir()
+	base := filepath.Join(dir, "base")
+	os.Mkdir(base, 0o755)
+	s, err := Open(filepath.Join(dir, "store"), base)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.Create("b"+strconv.Itoa(i), MainName); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCommit1MB measures the commit of a one-file 1 MB delta.
+func BenchmarkCommit1MB(b *testing.B) {
+	dir := b.TempDir()
+	base := filepath.Join(dir, "base")
+	os.Mkdir(base, 0o755)
+	s, err := Open(filepath.Join(dir, "store"), base)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	data := make([]byte, 1<<20)
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		v, err := s.Create("c"+strconv.Itoa(i), MainName)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fd, _, err := v.Create("f", unix.O_WRONLY, 0o644, Owner{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		unix.Write(fd, data)
+		unix.Close(fd)
+		b.StartTimer()
+		if _, err := s.Commit(v.Name()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
