@@ -42,7 +42,7 @@ func mountCmd() *cobra.Command {
 				return fmt.Errorf("mount: --passthrough must be auto, on or off, not %q", passthrough)
 			}
 			if store == "" {
-				if store, err = defaultStore(mnt); err != nil {
+				if store, err = defaultStore(mnt, base); err != nil {
 					return err
 				}
 			}
@@ -69,8 +69,15 @@ func mountCmd() *cobra.Command {
 	return c
 }
 
-// defaultStore gives every mount point a store of its own.
-func defaultStore(mnt string) (string, error) {
+// defaultStore gives every mount point a store of its own, on the base's
+// filesystem (commits are renames): under /var/lib/branchfs (root) or
+// $XDG_STATE_HOME/branchfs when that is where the base is, else in a
+// hidden directory beside the base.
+func defaultStore(mnt, base string) (string, error) {
+	base, err := filepath.Abs(base)
+	if err != nil {
+		return "", err
+	}
 	dir := "/var/lib/branchfs"
 	if os.Geteuid() != 0 {
 		state := os.Getenv("XDG_STATE_HOME")
@@ -88,7 +95,28 @@ func defaultStore(mnt string) (string, error) {
 	if len(name) > 60 {
 		name = name[len(name)-60:]
 	}
-	return filepath.Join(dir, name+"-"+hex.EncodeToString(sum[:4])), nil
+	name += "-" + hex.EncodeToString(sum[:4])
+	if sameFilesystem(dir, base) {
+		return filepath.Join(dir, name), nil
+	}
+	return filepath.Join(filepath.Dir(base), ".branchfs-"+filepath.Base(base)+"-"+name), nil
+}
+
+// sameFilesystem reports whether dir (or its nearest existing parent) is on
+// the filesystem that holds base.
+func sameFilesystem(dir, base string) bool {
+	var bst, dst syscall.Stat_t
+	if syscall.Stat(base, &bst) != nil {
+		return true // mount reports the bad base
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if syscall.Stat(d, &dst) == nil {
+			return dst.Dev == bst.Dev
+		}
+		if d == "/" {
+			return false
+		}
+	}
 }
 
 // startDaemon runs "mount --foreground" detached and returns once it
