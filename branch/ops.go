@@ -383,6 +383,12 @@ func (v *View) Rename(oldRel, newRel string, flags uint) error {
 		return err
 	}
 	exchange := flags&unix.RENAME_EXCHANGE != 0
+	if oldRel == newRel {
+		if flags&unix.RENAME_NOREPLACE != 0 {
+			return unix.EEXIST
+		}
+		return nil // a name renamed onto itself: nothing happens
+	}
 	switch {
 	case en != nil && flags&unix.RENAME_NOREPLACE != 0:
 		return unix.EEXIST
@@ -422,6 +428,13 @@ func (v *View) Rename(oldRel, newRel string, flags uint) error {
 	needTombstone := !exchange && v.lowerHas(oldRel)
 	hideBelow := !exchange && eo.IsDir() && v.lowerHas(newRel)
 	top := v.layers[0]
+	if st, err := top.lstat(newRel); err == nil && top.delta && isWhiteout(&st) && eo.IsDir() {
+		// rename(2) puts no directory over a non-directory: the tombstone
+		// goes first, and the directory will hide what lies below.
+		if err := top.removeAll(newRel); err != nil {
+			return err
+		}
+	}
 	opfd, oname, err := top.parent(oldRel)
 	if err != nil {
 		return err

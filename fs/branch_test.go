@@ -470,3 +470,22 @@ func TestBranchRootAttributes(t *testing.T) {
 		t.Errorf("owner of the base cannot write the branch root: %v %s", err, out)
 	}
 }
+
+// TestWorkingDirectorySurvivesCopyUp: a process working inside a base
+// directory of a branch keeps its directory when writing there copies the
+// directory up, after the kernel looks the name up again.
+func TestWorkingDirectorySurvivesCopyUp(t *testing.T) {
+	m := newMount(t, "")
+	b := m.create("b")
+	var before, after syscall.Stat_t
+	must(t, syscall.Stat(filepath.Join(b, "dir"), &before))
+	script := `cd "$1/dir" && echo one > new1 && sleep 1.3 && ls "$1/dir" >/dev/null && echo two > new2 && cat new1 new2 a && ls sub`
+	out, err := exec.Command("sh", "-c", script, "sh", b).CombinedOutput()
+	if err != nil || string(out) != "one\ntwo\na\nb\n" {
+		t.Errorf("shell working in %s/dir: %v\n%s", b, err, out)
+	}
+	must(t, syscall.Stat(filepath.Join(b, "dir"), &after))
+	if before.Ino != after.Ino {
+		t.Errorf("copy-up changed the directory's inode: %d -> %d", before.Ino, after.Ino)
+	}
+}

@@ -75,16 +75,20 @@ func newMount(t *testing.T, passthrough string, env ...string) *mount {
 	must(t, os.Chmod(filepath.Dir(dir), 0o755))
 	m := &mount{t: t, base: filepath.Join(dir, "base"), store: filepath.Join(dir, "store"),
 		mnt: filepath.Join(dir, "mnt"), passthrough: passthrough, env: env}
-	for _, d := range []string{m.base, m.mnt, filepath.Join(m.base, "dir", "sub")} {
-		must(t, os.MkdirAll(d, 0o755))
-	}
-	writeFile(t, filepath.Join(m.base, "file"), "base file\n")
-	writeFile(t, filepath.Join(m.base, "dir", "a"), "a\n")
-	writeFile(t, filepath.Join(m.base, "dir", "sub", "b"), "b\n")
-	must(t, os.Symlink("file", filepath.Join(m.base, "link")))
+	must(t, os.MkdirAll(m.mnt, 0o755))
+	sampleTree(t, m.base)
 	m.start()
 	t.Cleanup(m.cleanup)
 	return m
+}
+
+// sampleTree makes the small tree every test base starts with.
+func sampleTree(t *testing.T, root string) {
+	must(t, os.MkdirAll(filepath.Join(root, "dir", "sub"), 0o755))
+	writeFile(t, filepath.Join(root, "file"), "base file\n")
+	writeFile(t, filepath.Join(root, "dir", "a"), "a\n")
+	writeFile(t, filepath.Join(root, "dir", "sub", "b"), "b\n")
+	must(t, os.Symlink("file", filepath.Join(root, "link")))
 }
 
 func (m *mount) start() {

@@ -30,6 +30,15 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if err != nil {
 		return nil, toErrno(err)
 	}
+	// A directory keeps its inode when copied up (into the top layer, to
+	// hold a changed child): it has no backing file, and processes may
+	// work inside it.
+	if c := n.GetChild(name); c != nil && e.IsDir() && c.IsDir() {
+		if _, ok := c.Operations().(*Node); ok {
+			fillAttr(&out.Attr, &e.Stat)
+			return c, 0
+		}
+	}
 	return n.newChild(ctx, e, out), 0
 }
 
