@@ -250,13 +250,18 @@ func (s *Store) load() error {
 			return fmt.Errorf("finishing the commit of %s: %w", pending.Name, err)
 		}
 	}
-	// A branch whose delta is gone was being aborted or was committed.
-	for name, b := range s.branches {
-		if b.meta.Committed {
-			continue
-		}
-		if _, err := os.Lstat(s.deltaDir(name)); err != nil {
-			delete(s.branches, name)
+	// A branch whose delta is gone was being aborted; so was one whose
+	// parent is gone (aborts drop children first, but a crash may stop one
+	// anywhere).
+	for changed := true; changed; {
+		changed = false
+		for name, b := range s.branches {
+			_, err := os.Lstat(s.deltaDir(name))
+			orphan := b.meta.Parent != MainName && s.branches[b.meta.Parent] == nil
+			if orphan || !b.meta.Committed && err != nil {
+				delete(s.branches, name)
+				changed = true
+			}
 		}
 	}
 	// A delta with no branch was being created.
