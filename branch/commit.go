@@ -223,9 +223,9 @@ func (s *Store) apply(j *logRecord, src, target *layer) error {
 		var err error
 		switch o.Kind {
 		case opRemove:
-			err = target.removeAll(o.Dst)
+			err = s.discard(target, o.Dst)
 		case opReplace:
-			err = replace(src, target, o)
+			err = s.replace(src, target, o)
 		case opMeta:
 			err = target.setDirMeta(o.Dst, o.Meta)
 		default:
@@ -240,7 +240,7 @@ func (s *Store) apply(j *logRecord, src, target *layer) error {
 	return nil
 }
 
-func replace(src, target *layer, o op) error {
+func (s *Store) replace(src, target *layer, o op) error {
 	spfd, sname, err := src.parent(o.Src)
 	if err != nil && !isNotExist(err) {
 		return err
@@ -249,7 +249,7 @@ func replace(src, target *layer, o op) error {
 		defer unix.Close(spfd)
 		var st unix.Stat_t
 		if err := unix.Fstatat(spfd, sname, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
-			if err := target.removeAll(o.Dst); err != nil {
+			if err := s.discard(target, o.Dst); err != nil {
 				return err
 			}
 			tpfd, tname, err := target.parent(o.Dst)

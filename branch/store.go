@@ -98,6 +98,8 @@ type Store struct {
 	branches map[string]*Branch // every branch but main, including committed ones
 	devs     map[uint64]uint64  // device number -> small index for inode identity
 	nextView atomic.Uint64
+	trashSeq atomic.Uint64
+	emptying atomic.Bool
 	autoName int
 
 	// Failpoint, when set, kills the process at the named step of a commit
@@ -155,7 +157,7 @@ func Open(dir, base string) (*Store, error) {
 	if err := s.load(); err != nil {
 		return nil, err
 	}
-	go emptyDir(filepath.Join(dir, "trash"))
+	s.emptyTrashLater()
 	ok = true
 	return s, nil
 }
@@ -279,10 +281,11 @@ func (s *Store) load() error {
 	if err := s.link(); err != nil {
 		return err
 	}
-	if err := writeSnapshot(s.logPath(), s.snapshot()); err != nil {
+	end, err := writeSnapshot(s.logPath(), s.snapshot())
+	if err != nil {
 		return err
 	}
-	if s.log, err = openStateLog(s.logPath()); err != nil {
+	if s.log, err = openStateLog(s.logPath(), end); err != nil {
 		return err
 	}
 	s.main.view = s.newView(s.main, []*layer{s.base})
@@ -540,15 +543,48 @@ func (s *Store) freeName() string {
 
 // trash moves a directory out of the way atomically; it is removed later.
 func (s *Store) trash(dir string) error {
-	t, err := os.MkdirTemp(filepath.Join(s.dir, "trash"), "")
+	err := os.Rename(dir, s.trashName())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	s.emptyTrashLater()
+	return nil
+}
+
+func (s *Store) trashName() string {
+	return filepath.Join(s.dir, "trash", strconv.FormatUint(s.trashSeq.Add(1), 36)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+}
+
+// discard moves rel of layer l (on the store's filesystem) into the trash:
+// one rename, whatever its size. Freeing the blocks of a replaced file or
+// a removed tree happens in the background, not in the commit.
+func (s *Store) discard(l *layer, rel string) error {
+	pfd, name, err := l.parent(rel)
+	if isNotExist(err) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	if err := os.Rename(dir, filepath.Join(t, "x")); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	defer unix.Close(pfd)
+	err = unix.Renameat(pfd, name, unix.AT_FDCWD, s.trashName())
+	if errors.Is(err, unix.ENOENT) {
+		return nil
 	}
-	go os.RemoveAll(t)
-	return nil
+	if errors.Is(err, unix.EXDEV) {
+		return removeAt(pfd, name)
+	}
+	return err
+}
+
+// emptyTrashLater starts one background removal of the trash's contents.
+func (s *Store) emptyTrashLater() {
+	if s.emptying.CompareAndSwap(false, true) {
+		go func() {
+			defer s.emptying.Store(false)
+			emptyDir(filepath.Join(s.dir, "trash"))
+		}()
+	}
 }
 
 // Abort drops a branch and its delta. A branch with live children is

@@ -227,14 +227,26 @@ func (v *View) lowerHas(rel string) bool {
 
 // DirEntry is one name of a merged directory listing.
 type DirEntry struct {
-	Name string
-	Type uint8 // DT_* from getdents
-	Ino  uint64
+	Name  string
+	Type  uint8 // DT_* from getdents
+	Ino   uint64
+	Layer int          // the layer that shows it
+	Stat  *unix.Stat_t // with ReadDirPlus
 }
+
+// Entry is what a listed name resolves to; the listing must come from
+// ReadDirPlus.
+func (d *DirEntry) Entry() *Entry { return &Entry{Layer: d.Layer, Stat: *d.Stat} }
 
 // ReadDir lists directory rel: the union of its layers, without tombstoned
 // names and without duplicates, top layer first.
-func (v *View) ReadDir(rel string) ([]DirEntry, error) {
+func (v *View) ReadDir(rel string) ([]DirEntry, error) { return v.readDir(rel, false) }
+
+// ReadDirPlus is ReadDir with every entry's attributes, taken from the
+// directory already open: one system call a name.
+func (v *View) ReadDirPlus(rel string) ([]DirEntry, error) { return v.readDir(rel, true) }
+
+func (v *View) readDir(rel string, plus bool) ([]DirEntry, error) {
 	e, err := v.Lookup(rel)
 	if err != nil {
 		return nil, err
@@ -242,13 +254,13 @@ func (v *View) ReadDir(rel string) ([]DirEntry, error) {
 	if !e.IsDir() {
 		return nil, unix.ENOTDIR
 	}
-	if len(e.dirs) == 1 {
-		return v.layers[e.dirs[0]].readDir(rel, nil)
+	var seen map[string]bool
+	if len(e.dirs) > 1 {
+		seen = map[string]bool{}
 	}
-	seen := map[string]bool{}
 	var out []DirEntry
 	for _, i := range e.dirs {
-		if out, err = v.layers[i].readDirMerge(rel, seen, out); err != nil {
+		if out, err = v.layers[i].readDirMerge(rel, i, seen, out, plus); err != nil {
 			return nil, err
 		}
 	}
@@ -256,16 +268,17 @@ func (v *View) ReadDir(rel string) ([]DirEntry, error) {
 }
 
 func (l *layer) readDir(rel string, out []DirEntry) ([]DirEntry, error) {
-	return l.readDirMerge(rel, nil, out)
+	return l.readDirMerge(rel, 0, nil, out, false)
 }
 
 // readDirMerge appends the entries of rel not yet in seen (nil: keep all).
-func (l *layer) readDirMerge(rel string, seen map[string]bool, out []DirEntry) ([]DirEntry, error) {
+func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []DirEntry, plus bool) ([]DirEntry, error) {
 	fd, err := l.open(rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return out, err
 	}
 	defer unix.Close(fd)
+	var firstErr error
 	err = getdents(fd, func(d *unix.Dirent, name string) {
 		if seen != nil {
 			if seen[name] {
@@ -273,13 +286,27 @@ func (l *layer) readDirMerge(rel string, seen map[string]bool, out []DirEntry) (
 			}
 			seen[name] = true
 		}
-		if l.delta && d.Type == syscall.DT_CHR {
-			if st, err := l.lstat(joinRel(rel, name)); err == nil && isWhiteout(&st) {
+		de := DirEntry{Name: name, Type: d.Type, Ino: d.Ino, Layer: index}
+		if plus || l.delta && d.Type == syscall.DT_CHR {
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				if !isNotExist(err) && firstErr == nil {
+					firstErr = err
+				}
+				return // gone since getdents
+			}
+			if l.delta && isWhiteout(&st) {
 				return
 			}
+			if plus {
+				de.Stat = &st
+			}
 		}
-		out = append(out, DirEntry{Name: name, Type: d.Type, Ino: d.Ino})
+		out = append(out, de)
 	})
+	if err == nil {
+		err = firstErr
+	}
 	return out, err
 }
 

@@ -242,7 +242,6 @@ func (n *Node) replaced() {
 // afterCommit brings the kernel's caches in line with a commit: the parent
 // view's changed names, and the stale siblings' cached data and attributes.
 func (f *FS) afterCommit(branchName string, res *branch.CommitResult) {
-	f.root.NotifyEntry(BranchPrefix + branchName)
 	parentRoot := f.root
 	if res.Parent != branch.MainName {
 		parentRoot = f.viewRoot(res.Parent)
@@ -252,11 +251,20 @@ func (f *FS) afterCommit(branchName string, res *branch.CommitResult) {
 			notifyPath(&parentRoot.Inode, p)
 		}
 	}
+	// What only concerns views that are gone or stale can follow the reply:
+	// their operations already fail in the daemon.
+	var stale []*Node
 	for _, s := range res.Stale {
 		if r := f.viewRoot(s); r != nil {
-			notifyTree(&r.Inode)
+			stale = append(stale, r)
 		}
 	}
+	go func() {
+		f.root.NotifyEntry(BranchPrefix + branchName)
+		for _, r := range stale {
+			notifyTree(&r.Inode)
+		}
+	}()
 }
 
 func (f *FS) viewRoot(name string) *Node {
@@ -278,6 +286,7 @@ func notifyPath(root *gofs.Inode, p string) {
 	for i, name := range parts {
 		child := cur.GetChild(name)
 		if i == len(parts)-1 || child == nil {
+			cur.NotifyContent(0, 0) // the listing the kernel keeps
 			cur.NotifyEntry(name)
 			if child != nil {
 				child.NotifyContent(0, 0)

@@ -8,8 +8,7 @@ var (
 	_ = (gofs.NodeGetattrer)((*Node)(nil))
 	_ = (gofs.NodeSetattrer)((*Node)(nil))
 	_ = (gofs.NodeReadlinker)((*Node)(nil))
-	_ = (gofs.NodeOpendirer)((*Node)(nil))
-	_ = (gofs.NodeReaddirer)((*Node)(nil))
+	_ = (gofs.NodeOpendirHandler)((*Node)(nil))
 	_ = (gofs.NodeStatfser)((*Node)(nil))
 	_ = (gofs.NodeAccesser)((*Node)(nil))
 	_ = (gofs.NodeMkdirer)((*Node)(nil))
@@ -37,6 +36,11 @@ var (
 	_ = (gofs.FileLseeker)((*fileHandle)(nil))
 	_ = (gofs.FileReleaser)((*fileHandle)(nil))
 	_ = (gofs.FilePassthroughFder)((*fileHandle)(nil))
+
+	_ = (gofs.FileReaddirenter)((*dirHandle)(nil))
+	_ = (gofs.FileSeekdirer)((*dirHandle)(nil))
+	_ = (gofs.FileLookuper)((*dirHandle)(nil))
+	_ = (gofs.FileReleasedirer)((*dirHandle)(nil))
 
 	_ = (gofs.NodeGetattrer)((*ctlNode)(nil))
 	_ = (gofs.NodeSetattrer)((*ctlNode)(nil))

@@ -30,16 +30,21 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	// A directory keeps its inode when copied up (into the top layer, to
-	// hold a changed child): it has no backing file, and processes may
-	// work inside it.
+	return n.child(ctx, name, e, out), 0
+}
+
+// child returns the inode for name, which resolved to e. A directory keeps
+// the inode the kernel has when it was copied up (into the top layer, to
+// hold a changed child): it has no backing file, and processes may work
+// inside it.
+func (n *Node) child(ctx context.Context, name string, e *branch.Entry, out *fuse.EntryOut) *gofs.Inode {
 	if c := n.GetChild(name); c != nil && e.IsDir() && c.IsDir() {
 		if _, ok := c.Operations().(*Node); ok {
 			fillAttr(&out.Attr, &e.Stat)
-			return c, 0
+			return c
 		}
 	}
-	return n.newChild(ctx, e, out), 0
+	return n.newChild(ctx, e, out)
 }
 
 // lookupBranch finds the root of branch view name.
@@ -104,35 +109,6 @@ func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 		return nil, toErrno(err)
 	}
 	return []byte(target), 0
-}
-
-func (n *Node) Opendir(ctx context.Context) syscall.Errno {
-	_, errno := n.begin()
-	if errno == 0 {
-		n.view.Unlock()
-	}
-	return errno
-}
-
-func (n *Node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	rel, errno := n.begin()
-	if errno != 0 {
-		return nil, errno
-	}
-	defer n.view.Unlock()
-	ents, err := n.view.ReadDir(rel)
-	if err != nil {
-		return nil, toErrno(err)
-	}
-	list := make([]fuse.DirEntry, 0, len(ents)+2)
-	list = append(list, fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR}, fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR})
-	for _, d := range ents {
-		if n.viewRoot && d.Name == ControlName {
-			continue
-		}
-		list = append(list, fuse.DirEntry{Name: d.Name, Mode: uint32(d.Type) << 12, Ino: d.Ino})
-	}
-	return gofs.NewListDirStream(list), 0
 }
 
 func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {

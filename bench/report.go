@@ -1,0 +1,261 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+)
+
+type result struct {
+	Group, Case, System, Unit string
+	Samples                   []float64
+}
+
+func (r result) sorted() []float64 {
+	s := append([]float64(nil), r.Samples...)
+	sort.Float64s(s)
+	return s
+}
+
+func (r result) median() float64 {
+	s := r.sorted()
+	if len(s) == 0 {
+		return math.NaN()
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func (r result) min() float64 { return r.sorted()[0] }
+func (r result) max() float64 { s := r.sorted(); return s[len(s)-1] }
+
+func (b *bench) find(cas, system string) (result, bool) {
+	for _, r := range b.results {
+		if r.Case == cas && r.System == system {
+			return r, true
+		}
+	}
+	return result{}, false
+}
+
+// target is one goal of the suite and how this run did against it.
+type target struct {
+	goal, measured string
+	ok             bool
+	known          bool
+}
+
+func (b *bench) targets() []target {
+	var out []target
+	med := func(cas, system string) (float64, bool) {
+		r, ok := b.find(cas, system)
+		return r.median(), ok
+	}
+	check := func(goal string, ok bool, format string, args ...any) {
+		out = append(out, target{goal, fmt.Sprintf(format, args...), ok, true})
+	}
+	var creates []float64
+	for _, r := range b.results {
+		if r.Group == "create" && r.System == "branchfs ioctl" {
+			creates = append(creates, r.median())
+		}
+	}
+	if len(creates) > 0 {
+		lo, hi := creates[0], creates[0]
+		for _, c := range creates {
+			lo, hi = math.Min(lo, c), math.Max(hi, c)
+		}
+		check("create via ioctl ≤ 100 µs, flat from 100 to 100k base files", hi <= 100 && hi <= 1.5*lo,
+			"%.0f–%.0f µs across base sizes", lo, hi)
+	}
+	if c1, ok := med("commit of 1 MB", "branchfs ioctl"); ok {
+		c100, _ := med("commit of 100 MB", "branchfs ioctl")
+		check("commit of 1 MB ≤ 0.5 ms", c1 <= 500, "%.0f µs", c1)
+		check("commit flat in file size up to 100 MB", c100 <= 1.5*c1+100, "1 MB %.0f µs, 100 MB %.0f µs", c1, c100)
+	}
+	if a1, ok := med("abort of 1 MB", "branchfs ioctl"); ok {
+		check("abort of 1 MB ≤ 0.5 ms", a1 <= 500, "%.0f µs", a1)
+	}
+	for _, kind := range []string{"unmodified file", "copied-up file"} {
+		for _, cache := range []string{"cold", "warm"} {
+			cas := kind + ", " + cache + " cache"
+			n, ok1 := med(cas, sysNative)
+			p, ok2 := med(cas, sysBranchPT)
+			if ok1 && ok2 {
+				check(fmt.Sprintf("%s reads with passthrough ≥ 95%% of native (%s)", kind, cache), p >= 0.95*n,
+					"%.0f%% of native (%.0f vs %.0f MB/s)", 100*p/n, p, n)
+			}
+		}
+	}
+	for _, r := range b.results {
+		if r.Group != "metadata" || r.System != sysBranch {
+			continue
+		}
+		n, _ := med(r.Case, sysNative)
+		o, _ := med(r.Case, sysOverlay)
+		v := r.median()
+		check(r.Case+": ≤ 1.5x native and faster than fuse-overlayfs", v <= 1.5*n && v < o,
+			"%.2fx native, %.2fx fuse-overlayfs", v/n, v/o)
+	}
+	if v, ok := med("build cmd/gofmt from the extracted tree", sysBranch); ok {
+		n, _ := med("build cmd/gofmt from the extracted tree", sysNative)
+		check("source-tree build in a branch ≤ 1.3x native", v <= 1.3*n, "%.2fx native", v/n)
+	}
+	if d1, ok := med("first stat of a file, depth 1", sysBranch); ok {
+		d16, _ := med("first stat of a file, depth 16", sysBranch)
+		check("depth-16 lookups ≤ 1.2x depth 1", d16 <= 1.2*d1, "%.2fx (%.1f vs %.1f µs)", d16/d1, d16, d1)
+	}
+	for _, r := range b.results {
+		if r.Group == "memory" && strings.Contains(r.Case, "after") {
+			check("daemon RSS ≤ 150 MB with 100 branches over a 10k-file base", r.median() <= 150, "%.0f MB (%s)", r.median(), r.Case)
+		}
+	}
+	return out
+}
+
+func machine() string {
+	cpu := "unknown CPU"
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				cpu = strings.TrimSpace(strings.SplitN(line, ":", 2)[1])
+				break
+			}
+		}
+	}
+	kernel, _ := exec.Command("uname", "-r").Output()
+	mem := ""
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		mem = strings.Fields(strings.Split(string(data), "\n")[0])[1] + " kB RAM"
+	}
+	return fmt.Sprintf("%s, %d cores, %s, Linux %s", cpu, runtime.NumCPU(), mem, strings.TrimSpace(string(kernel)))
+}
+
+func commit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	rev := strings.TrimSpace(string(out))
+	if st, _ := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); len(st) > 0 {
+		rev += " (with uncommitted changes)"
+	}
+	return rev
+}
+
+func (b *bench) writeReport(path, command string, elapsed time.Duration) error {
+	var w strings.Builder
+	fmt.Fprintf(&w, "# branchfs benchmark results\n\n")
+	fmt.Fprintf(&w, "- command: `%s`\n- commit: %s\n- date: %s\n- machine: %s\n- work directory filesystem: %s\n- run time: %s\n\n",
+		command, commit(), time.Now().UTC().Format("2006-01-02 15:04 UTC"), machine(), fsType(b.work), elapsed.Round(time.Second))
+	fmt.Fprintf(&w, "Every system ran in this one process, on the same files: native ext4 (the work directory itself), "+
+		"the branchfs main view and a branch view (default `--passthrough auto`, and `--passthrough on` where reads are "+
+		"measured), and fuse-overlayfs over the same base. Medians, with min and max, of the repetitions listed in "+
+		"`bench/workloads.go`.\n\n")
+	fmt.Fprintf(&w, "## Targets\n\n| target | this run | |\n| --- | --- | --- |\n")
+	for _, t := range b.targets() {
+		verdict := "met"
+		if !t.ok {
+			verdict = "**missed**"
+		}
+		fmt.Fprintf(&w, "| %s | %s | %s |\n", t.goal, t.measured, verdict)
+	}
+	groups := []string{}
+	seen := map[string]bool{}
+	for _, r := range b.results {
+		if !seen[r.Group] {
+			seen[r.Group] = true
+			groups = append(groups, r.Group)
+		}
+	}
+	for _, g := range groups {
+		fmt.Fprintf(&w, "\n## %s\n\n| case | system | median | min | max | unit | vs native |\n| --- | --- | ---: | ---: | ---: | --- | ---: |\n", g)
+		for _, r := range b.results {
+			if r.Group != g {
+				continue
+			}
+			ratio := ""
+			if n, ok := b.find(r.Case, sysNative); ok && r.System != sysNative {
+				ratio = fmt.Sprintf("%.2fx", r.median()/n.median())
+			}
+			fmt.Fprintf(&w, "| %s | %s | %s | %s | %s | %s | %s |\n", r.Case, r.System, num(r.median()), num(r.min()), num(r.max()), r.Unit, ratio)
+		}
+	}
+	return os.WriteFile(path, []byte(w.String()), 0o644)
+}
+
+func num(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func fsType(dir string) string {
+	out, err := exec.Command("stat", "-f", "-c", "%T", dir).Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// writeSVG draws the medians as bars: latencies on a log scale, and
+// throughput and metadata times relative to native.
+func (b *bench) writeSVG(path string) error {
+	type bar struct {
+		label string
+		value float64
+		text  string
+	}
+	var lat, rel []bar
+	for _, r := range b.results {
+		switch {
+		case (r.Group == "create" || r.Group == "commit" || r.Group == "abort") && r.Unit == "µs":
+			lat = append(lat, bar{r.Case + " — " + r.System, r.median(), num(r.median()) + " µs"})
+		case r.Group == "read" || r.Group == "write" || r.Group == "metadata" || r.Group == "build":
+			if n, ok := b.find(r.Case, sysNative); ok && r.System != sysNative {
+				v := r.median() / n.median()
+				if r.Unit == "MB/s" {
+					v = n.median() / r.median() // time relative to native
+				}
+				rel = append(rel, bar{r.Case + " — " + r.System, v, fmt.Sprintf("%.2fx", v)})
+			}
+		}
+	}
+	const rowH, labelW, barW = 18, 560, 420
+	h := (len(lat)+len(rel))*rowH + 120
+	var w strings.Builder
+	fmt.Fprintf(&w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", labelW+barW+80, h)
+	fmt.Fprintf(&w, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	y := 20
+	section := func(title string, bars []bar, scale func(float64) float64, color string) {
+		fmt.Fprintf(&w, `<text x="4" y="%d" font-size="13" font-weight="bold">%s</text>`+"\n", y, title)
+		y += 10
+		for _, br := range bars {
+			bw := math.Max(1, scale(br.value)*barW)
+			fmt.Fprintf(&w, `<text x="%d" y="%d" text-anchor="end">%s</text>`, labelW-6, y+12, escape(br.label))
+			fmt.Fprintf(&w, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`, labelW, y+2, bw, rowH-4, color)
+			fmt.Fprintf(&w, `<text x="%.1f" y="%d">%s</text>`+"\n", float64(labelW)+bw+4, y+12, br.text)
+			y += rowH
+		}
+		y += 30
+	}
+	section("Latency (µs, log scale: 1 µs to 1 s)", lat, func(v float64) float64 { return math.Max(0, math.Log10(math.Max(v, 1))/6) }, "#4477aa")
+	section("Time relative to native ext4 (1.0 = native; bar ends at 4x)", rel, func(v float64) float64 { return math.Min(v, 4) / 4 }, "#cc6677")
+	w.WriteString("</svg>\n")
+	return os.WriteFile(path, []byte(w.String()), 0o644)
+}
+
+func escape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}

@@ -1,0 +1,414 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/branchfs/branchfs/kernel"
+)
+
+// Systems, in the order the tables list them.
+const (
+	sysNative   = "native ext4"
+	sysMain     = "branchfs main"
+	sysBranch   = "branchfs branch"
+	sysBranchPT = "branchfs branch (passthrough on)"
+	sysOverlay  = "fuse-overlayfs"
+)
+
+func (b *bench) add(group, cas, system, unit string, samples []float64) {
+	b.results = append(b.results, result{Group: group, Case: cas, System: system, Unit: unit, Samples: samples})
+	r := b.results[len(b.results)-1]
+	fmt.Printf("%-10s %-34s %-34s %10.1f %s\n", group, cas, system, r.median(), unit)
+}
+
+func usSince(start time.Time) float64 { return float64(time.Since(start).Nanoseconds()) / 1e3 }
+
+// createLatency: branch creation through the ioctl and the CLI, against
+// the size of the base, with fuse-overlayfs's mount of a fresh upper layer
+// (its way to start a branch) for reference.
+func (b *bench) createLatency() {
+	sizes := []int{100, 1000, 10000, 100000}
+	if b.quick {
+		sizes = []int{100, 1000}
+	}
+	for _, n := range sizes {
+		base := b.dir(fmt.Sprintf("create-base-%d", n))
+		makeTree(base, n)
+		mnt := b.mountBranchfs(fmt.Sprintf("create-%d", n), base, "auto")
+		cas := fmt.Sprintf("create, base of %d files", n)
+		var ioctlUs, cliUs []float64
+		for i := 0; i < 40; i++ {
+			_, d := createBranch(mnt)
+			ioctlUs = append(ioctlUs, float64(d.Nanoseconds())/1e3)
+		}
+		for i := 0; i < 10; i++ {
+			start := time.Now()
+			must(run(mnt, nil, b.bin, "create", "cli"+strconv.Itoa(i), mnt))
+			cliUs = append(cliUs, usSince(start))
+		}
+		b.add("create", cas, "branchfs ioctl", "µs", ioctlUs)
+		b.add("create", cas, "branchfs CLI", "µs", cliUs)
+		b.unmount(mnt)
+		var ovl []float64
+		for i := 0; i < 5; i++ {
+			start := time.Now()
+			m := b.mountOverlay(fmt.Sprintf("create-ovl-%d-%d", n, i), base)
+			ovl = append(ovl, usSince(start))
+			b.unmount(m)
+		}
+		b.add("create", cas, sysOverlay+" mount", "µs", ovl)
+		os.RemoveAll(base)
+	}
+}
+
+// commitAbort: commit and abort of deltas of various sizes through the
+// ioctls, with native rename of the same files as the floor.
+func (b *bench) commitAbort() {
+	base := b.dir("commit-base")
+	makeTree(base, 1000)
+	mnt := b.mountBranchfs("commit", base, "auto")
+	scratch := b.dir("commit-native")
+	type delta struct {
+		name  string
+		files int
+		size  int64
+		reps  int
+	}
+	deltas := []delta{{"1 KB", 1, 1 << 10, 15}, {"100 KB", 1, 100 << 10, 15}, {"1 MB", 1, 1 << 20, 15},
+		{"100 MB", 1, 100 << 20, 3}, {"1000 files of 1 KB", 1000, 1 << 10, 5}}
+	if b.quick {
+		deltas[3] = delta{"10 MB", 1, 10 << 20, 3}
+	}
+	for _, d := range deltas {
+		for _, action := range []string{"commit", "abort"} {
+			var us, native []float64
+			for r := 0; r < d.reps; r++ {
+				name, _ := createBranch(mnt)
+				view := filepath.Join(mnt, "@"+name)
+				for i := 0; i < d.files; i++ {
+					makeFile(filepath.Join(view, fmt.Sprintf("delta-%d", i)), d.size)
+				}
+				ctl, err := os.Open(filepath.Join(view, ".branchfs_ctl"))
+				must(err)
+				cmd := uintptr(kernel.FS_IOC_BRANCH_COMMIT)
+				if action == "abort" {
+					cmd = kernel.FS_IOC_BRANCH_ABORT
+				}
+				settle(filepath.Join(b.work, "commit-store"))
+				start := time.Now()
+				must(ioctl(ctl, cmd, nil))
+				us = append(us, usSince(start))
+				ctl.Close()
+				if action == "commit" {
+					// The floor: the same files renamed natively.
+					for i := 0; i < d.files; i++ {
+						makeFile(filepath.Join(scratch, fmt.Sprintf("n-%d", i)), d.size)
+					}
+					settle("")
+					start = time.Now()
+					for i := 0; i < d.files; i++ {
+						must(os.Rename(filepath.Join(scratch, fmt.Sprintf("n-%d", i)), filepath.Join(base, fmt.Sprintf("native-%d", i))))
+					}
+					native = append(native, usSince(start))
+				}
+			}
+			cas := action + " of " + d.name
+			b.add(action, cas, "branchfs ioctl", "µs", us)
+			if native != nil {
+				b.add(action, cas, sysNative+" rename", "µs", native)
+			}
+		}
+	}
+	b.unmount(mnt)
+}
+
+// settle writes back the data the workload wrote (a commit moves files; it
+// does not flush them) and waits for the store's background removal of
+// earlier commits' leftovers, so that a timed step pays for neither.
+func settle(store string) {
+	syncFS()
+	for i := 0; store != "" && i < 500; i++ {
+		if ents, _ := os.ReadDir(filepath.Join(store, "trash")); len(ents) == 0 {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func syncFS() { exec.Command("sync").Run() }
+
+// throughput: sequential read and write in 64 KiB blocks.
+func (b *bench) throughput() {
+	size := int64(512 << 20)
+	if b.quick {
+		size = 64 << 20
+	}
+	base := b.dir("io-base")
+	makeFile(filepath.Join(base, "big"), size)
+	auto := b.mountBranchfs("io-auto", base, "auto")
+	on := b.mountBranchfs("io-on", base, "on")
+	ovl := b.mountOverlay("io-ovl", base)
+	ba, _ := createBranch(auto)
+	bo, _ := createBranch(on)
+	views := []struct{ system, dir string }{
+		{sysNative, base}, {sysMain, auto}, {sysBranch, filepath.Join(auto, "@"+ba)},
+		{sysBranchPT, filepath.Join(on, "@"+bo)}, {sysOverlay, ovl},
+	}
+	mb := float64(size) / (1 << 20)
+	for _, cache := range []string{"cold", "warm"} {
+		for _, v := range views {
+			var s []float64
+			for r := 0; r < 3; r++ {
+				s = append(s, mb/readFile(filepath.Join(v.dir, "big"), cache == "cold"))
+			}
+			b.add("read", "unmodified file, "+cache+" cache", v.system, "MB/s", s)
+		}
+	}
+	// Copy the file up (and natively, copy it) before reading the copy.
+	native := b.dir("io-native")
+	copyFile(filepath.Join(base, "big"), filepath.Join(native, "big"))
+	views[0].dir = native
+	for _, v := range views[2:] {
+		start := time.Now()
+		f, err := os.OpenFile(filepath.Join(v.dir, "big"), os.O_RDWR, 0)
+		must(err)
+		f.Close()
+		b.add("copy-up", fmt.Sprintf("copy-up of %.0f MB on first write", mb), v.system, "ms", []float64{usSince(start) / 1e3})
+	}
+	for _, cache := range []string{"cold", "warm"} {
+		for _, v := range append(views[:1:1], views[2:]...) {
+			var s []float64
+			for r := 0; r < 3; r++ {
+				s = append(s, mb/readFile(filepath.Join(v.dir, "big"), cache == "cold"))
+			}
+			b.add("read", "copied-up file, "+cache+" cache", v.system, "MB/s", s)
+		}
+	}
+	b.unmount(auto)
+	b.unmount(on)
+	b.unmount(ovl)
+	// Writes: main is writable only without live branches, so each system
+	// gets a fresh mount.
+	wbase := b.dir("io-wbase")
+	wmain := b.mountBranchfs("io-wmain", wbase, "auto")
+	wb := b.mountBranchfs("io-wbranch", b.dir("io-wbase2"), "auto")
+	wname, _ := createBranch(wb)
+	wovl := b.mountOverlay("io-wovl", b.dir("io-wbase3"))
+	for _, v := range []struct{ system, dir string }{{sysNative, b.dir("io-wnative")}, {sysMain, wmain},
+		{sysBranch, filepath.Join(wb, "@"+wname)}, {sysOverlay, wovl}} {
+		var s []float64
+		for r := 0; r < 3; r++ {
+			p := filepath.Join(v.dir, "out"+strconv.Itoa(r))
+			s = append(s, mb/writeFile(p, size))
+			os.Remove(p)
+		}
+		b.add("write", "new file, written and fsynced", v.system, "MB/s", s)
+	}
+	b.unmount(wmain)
+	b.unmount(wb)
+	b.unmount(wovl)
+}
+
+// readFile reads p in 64 KiB blocks and returns the seconds it took.
+func readFile(p string, cold bool) float64 {
+	if cold {
+		dropCaches()
+	} else {
+		readAll(p) // warm the cache once, untimed
+	}
+	return readAll(p)
+}
+
+func readAll(p string) float64 {
+	f, err := os.Open(p)
+	must(err)
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	start := time.Now()
+	for {
+		_, err := f.Read(buf)
+		if err == io.EOF {
+			break
+		}
+		must(err)
+	}
+	return time.Since(start).Seconds()
+}
+
+func writeFile(p string, size int64) float64 {
+	f, err := os.Create(p)
+	must(err)
+	buf := make([]byte, 64<<10)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	start := time.Now()
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		_, err := f.Write(buf)
+		must(err)
+	}
+	must(f.Sync())
+	must(f.Close())
+	return time.Since(start).Seconds()
+}
+
+func copyFile(src, dst string) {
+	in, err := os.Open(src)
+	must(err)
+	defer in.Close()
+	out, err := os.Create(dst)
+	must(err)
+	defer out.Close()
+	_, err = io.Copy(out, in)
+	must(err)
+}
+
+// metadata: a stat of every file in a 10k-file tree, git status in a
+// 10k-file repository, and extracting and building a real source tree.
+func (b *bench) metadata() {
+	base := b.dir("meta-base")
+	n := 10000
+	if b.quick {
+		n = 2000
+	}
+	makeTree(filepath.Join(base, "tree"), n)
+	repo := filepath.Join(base, "repo")
+	makeTree(repo, n)
+	gitEnv := []string{"GIT_AUTHOR_NAME=b", "GIT_AUTHOR_EMAIL=b@b", "GIT_COMMITTER_NAME=b", "GIT_COMMITTER_EMAIL=b@b"}
+	must(run(repo, gitEnv, "git", "init", "-q"))
+	must(run(repo, gitEnv, "git", "add", "."))
+	must(run(repo, gitEnv, "git", "commit", "-qm", "tree"))
+	mnt := b.mountBranchfs("meta", base, "auto")
+	ovl := b.mountOverlay("meta-ovl", base)
+	name, _ := createBranch(mnt)
+	views := []struct{ system, dir string }{{sysNative, base}, {sysMain, mnt},
+		{sysBranch, filepath.Join(mnt, "@"+name)}, {sysOverlay, ovl}}
+	for _, v := range views {
+		var s []float64
+		for r := 0; r < 6; r++ {
+			start := time.Now()
+			count := 0
+			must(filepath.WalkDir(filepath.Join(v.dir, "tree"), func(p string, d fs.DirEntry, err error) error {
+				if err == nil {
+					_, err = os.Lstat(p)
+					count++
+				}
+				return err
+			}))
+			if r > 0 { // the first walk fills the caches
+				s = append(s, usSince(start)/1e3)
+			}
+		}
+		b.add("metadata", fmt.Sprintf("stat walk of %d files, warm", n), v.system, "ms", s)
+	}
+	for _, v := range views {
+		var s []float64
+		for r := 0; r < 6; r++ {
+			start := time.Now()
+			must(run(filepath.Join(v.dir, "repo"), gitEnv, "git", "status", "--porcelain"))
+			if r > 0 {
+				s = append(s, usSince(start)/1e3)
+			}
+		}
+		b.add("metadata", fmt.Sprintf("git status, %d-file repository", n), v.system, "ms", s)
+	}
+	b.unmount(mnt)
+	b.unmount(ovl)
+	if !b.quick {
+		b.build()
+	}
+}
+
+// build extracts the machine's Go distribution (src and the toolchain) and
+// builds cmd/gofmt and its dependencies from that source, with the build
+// cache inside the system under test.
+func (b *bench) build() {
+	goroot := runtimeGOROOT()
+	tarball := filepath.Join(b.work, "go.tar")
+	must(run(goroot, nil, "tar", "-cf", tarball, "--exclude=./pkg/obj", "--exclude=./test", "--exclude=./doc", "--exclude=./api", "--exclude=./misc", "."))
+	wbase := b.dir("build-base")
+	wmain := b.mountBranchfs("build-main", wbase, "auto")
+	wb := b.mountBranchfs("build-branch", b.dir("build-base2"), "auto")
+	name, _ := createBranch(wb)
+	wovl := b.mountOverlay("build-ovl", b.dir("build-base3"))
+	for _, v := range []struct{ system, dir string }{{sysNative, b.dir("build-native")}, {sysMain, wmain},
+		{sysBranch, filepath.Join(wb, "@"+name)}, {sysOverlay, wovl}} {
+		root := filepath.Join(v.dir, "go")
+		must(os.MkdirAll(root, 0o755))
+		syncFS()
+		start := time.Now()
+		must(run(root, nil, "tar", "-xf", tarball))
+		b.add("build", "extract Go distribution", v.system, "s", []float64{usSince(start) / 1e6})
+		env := []string{"GOROOT=" + root, "GOCACHE=" + filepath.Join(v.dir, "cache"), "GOFLAGS=", "GOTOOLCHAIN=local", "CGO_ENABLED=0"}
+		start = time.Now()
+		must(run(filepath.Join(root, "src"), env, filepath.Join(root, "bin", "go"), "build", "-o", "/dev/null", "./cmd/gofmt"))
+		b.add("build", "build cmd/gofmt from the extracted tree", v.system, "s", []float64{usSince(start) / 1e6})
+	}
+	b.unmount(wmain)
+	b.unmount(wb)
+	b.unmount(wovl)
+}
+
+// lookupDepth: first lookups of files through 1 to 16 nested branches.
+func (b *bench) lookupDepth() {
+	base := b.dir("depth-base")
+	makeTree(base, 2000)
+	mnt := b.mountBranchfs("depth", base, "auto")
+	parent := mnt
+	depth := 0
+	for _, want := range []int{1, 2, 4, 8, 16} {
+		for depth < want {
+			name, _ := createBranch(parent)
+			parent = filepath.Join(mnt, "@"+name)
+			depth++
+		}
+		var s []float64
+		for r := 0; r < 3; r++ {
+			dropCaches()
+			start := time.Now()
+			for i := 0; i < 2000; i++ {
+				_, err := os.Lstat(filepath.Join(parent, fmt.Sprintf("d%03d/f%03d.txt", i/100, i%100)))
+				must(err)
+			}
+			s = append(s, usSince(start)/2000)
+		}
+		b.add("depth", fmt.Sprintf("first stat of a file, depth %d", want), sysBranch, "µs", s)
+	}
+	b.unmount(mnt)
+}
+
+// memory: the daemon's resident set with 100 live branches over a
+// 10k-file base, before and after a stat of every file in every branch.
+func (b *bench) memory() {
+	base := b.dir("mem-base")
+	files := 10000
+	if b.quick {
+		files = 1000
+	}
+	makeTree(base, files)
+	mnt := b.mountBranchfs("mem", base, "auto")
+	pid := daemonPid(mnt)
+	var names []string
+	for i := 0; i < 100; i++ {
+		name, _ := createBranch(mnt)
+		names = append(names, name)
+	}
+	b.add("memory", "daemon RSS, 100 live branches", "branchfs", "MB", []float64{rssMB(pid)})
+	for _, name := range names {
+		must(filepath.WalkDir(filepath.Join(mnt, "@"+name), func(p string, d fs.DirEntry, err error) error {
+			if err == nil {
+				_, err = os.Lstat(p)
+			}
+			return err
+		}))
+	}
+	b.add("memory", fmt.Sprintf("daemon RSS, 100 branches after a stat of all %d files in each", files), "branchfs", "MB", []float64{rssMB(pid)})
+	b.unmount(mnt)
+}
