@@ -15,6 +15,12 @@ demo: build
 test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
+# The benchmark suite of bench/: branchfs against native ext4 and
+# fuse-overlayfs in one run. Needs root; writes bench/results/.
+bench:
+	command -v fuse-overlayfs >/dev/null || (apt-get update -qq && apt-get install -y -qq fuse-overlayfs)
+	$(GO) run ./bench
+
 check:
 	test -z "$$(gofmt -l .)"
 	$(GO) vet ./...

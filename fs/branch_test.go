@@ -489,3 +489,32 @@ func TestWorkingDirectorySurvivesCopyUp(t *testing.T) {
 		t.Errorf("copy-up changed the directory's inode: %d -> %d", before.Ino, after.Ino)
 	}
 }
+
+// TestListingsAfterCommit: the kernel keeps directory listings; a commit
+// must show in them at once, in main and in a parent branch.
+func TestListingsAfterCommit(t *testing.T) {
+	m := newMount(t, "")
+	names := func(dir string) string {
+		ents, err := os.ReadDir(dir)
+		must(t, err)
+		var out []string
+		for _, e := range ents {
+			out = append(out, e.Name())
+		}
+		return strings.Join(out, " ")
+	}
+	p := m.create("p")
+	c := m.create("c", "p")
+	before := names(filepath.Join(p, "dir"))
+	names(filepath.Join(m.mnt, "dir"))
+	writeFile(t, filepath.Join(c, "dir", "added"), "x")
+	must(t, os.Remove(filepath.Join(c, "dir", "a")))
+	m.ok("commit", c)
+	if got, want := names(filepath.Join(p, "dir")), "added sub"; got != want {
+		t.Errorf("parent branch listing after commit = %q (before %q), want %q", got, before, want)
+	}
+	m.ok("commit", p)
+	if got, want := names(filepath.Join(m.mnt, "dir")), "added sub"; got != want {
+		t.Errorf("main listing after commit = %q, want %q", got, want)
+	}
+}
