@@ -41,6 +41,7 @@ func (b *bench) createLatency() {
 	for _, n := range sizes {
 		base := b.dir(fmt.Sprintf("create-base-%d", n))
 		makeTree(base, n)
+		syncFS() // setup's writeback must not land in the measurements
 		mnt := b.mountBranchfs(fmt.Sprintf("create-%d", n), base, "auto")
 		cas := fmt.Sprintf("create, base of %d files", n)
 		var ioctlUs, cliUs []float64
@@ -152,6 +153,7 @@ func (b *bench) throughput() {
 	}
 	base := b.dir("io-base")
 	makeFile(filepath.Join(base, "big"), size)
+	syncFS()
 	auto := b.mountBranchfs("io-auto", base, "auto")
 	on := b.mountBranchfs("io-on", base, "on")
 	ovl := b.mountOverlay("io-ovl", base)
@@ -285,6 +287,7 @@ func (b *bench) metadata() {
 	must(run(repo, gitEnv, "git", "init", "-q"))
 	must(run(repo, gitEnv, "git", "add", "."))
 	must(run(repo, gitEnv, "git", "commit", "-qm", "tree"))
+	syncFS()
 	mnt := b.mountBranchfs("meta", base, "auto")
 	ovl := b.mountOverlay("meta-ovl", base)
 	name, _ := createBranch(mnt)
@@ -360,6 +363,7 @@ func (b *bench) build() {
 func (b *bench) lookupDepth() {
 	base := b.dir("depth-base")
 	makeTree(base, 2000)
+	syncFS()
 	mnt := b.mountBranchfs("depth", base, "auto")
 	parent := mnt
 	depth := 0
