@@ -12,16 +12,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 )
 
 func runtimeGOROOT() string {
 	out, err := exec.Command("go", "env", "GOROOT").Output()
-	if err != nil {
-		return runtime.GOROOT()
-	}
+	must(err)
 	return strings.TrimSpace(string(out))
 }
 

@@ -105,29 +105,17 @@ func rssMB(pid int) float64 {
 	return 0
 }
 
-func ioctl(f *os.File, cmd uintptr, buf []byte) error {
-	var arg uintptr
-	if buf != nil {
-		arg = uintptr(unsafe.Pointer(&buf[0]))
-	}
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), cmd, arg); errno != 0 {
-		return errno
-	}
-	return nil
-}
-
 // createBranch makes a child of the view at root through the ioctl and
 // returns its name and how long the ioctl took.
 func createBranch(root string) (string, time.Duration) {
 	f, err := os.Open(filepath.Join(root, ".branchfs_ctl"))
 	must(err)
 	defer f.Close()
-	buf := make([]byte, kernel.NameBufSize)
 	start := time.Now()
-	err = ioctl(f, kernel.FS_IOC_BRANCH_CREATE, buf)
+	name, err := kernel.Create(f)
 	d := time.Since(start)
 	must(err)
-	return string(bytes.TrimRight(buf, "\x00")), d
+	return name, d
 }
 
 // dropCaches empties the page, dentry and inode caches, for cold reads.

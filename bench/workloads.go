@@ -98,13 +98,13 @@ func (b *bench) commitAbort() {
 				}
 				ctl, err := os.Open(filepath.Join(view, ".branchfs_ctl"))
 				must(err)
-				cmd := uintptr(kernel.FS_IOC_BRANCH_COMMIT)
+				do := kernel.Commit
 				if action == "abort" {
-					cmd = kernel.FS_IOC_BRANCH_ABORT
+					do = kernel.Abort
 				}
 				settle(filepath.Join(b.work, "commit-store"))
 				start := time.Now()
-				must(ioctl(ctl, cmd, nil))
+				must(do(ctl))
 				us = append(us, usSince(start))
 				ctl.Close()
 				if action == "commit" {

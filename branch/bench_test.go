@@ -1,8 +1,6 @@
 package branch
 
 import (
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -11,14 +9,7 @@ import (
 
 // BenchmarkCreate measures branch creation in the store alone, without FUSE.
 func BenchmarkCreate(b *testing.B) {
-	dir := b.TempDir()
-	base := filepath.Join(dir, "base")
-	os.Mkdir(base, 0o755)
-	s, err := Open(filepath.Join(dir, "store"), base)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s, _ := newStore(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if _, err := s.Create("b"+strconv.Itoa(i), MainName); err != nil {
@@ -29,14 +20,7 @@ func BenchmarkCreate(b *testing.B) {
 
 // BenchmarkCommit1MB measures the commit of a one-file 1 MB delta.
 func BenchmarkCommit1MB(b *testing.B) {
-	dir := b.TempDir()
-	base := filepath.Join(dir, "base")
-	os.Mkdir(base, 0o755)
-	s, err := Open(filepath.Join(dir, "store"), base)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s, _ := newStore(b)
 	data := make([]byte, 1<<20)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()

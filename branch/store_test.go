@@ -11,7 +11,7 @@ import (
 
 // The store works without FUSE: these drive views directly.
 
-func newStore(t *testing.T) (*Store, string) {
+func newStore(t testing.TB) (*Store, string) {
 	t.Helper()
 	dir := t.TempDir()
 	base := filepath.Join(dir, "base")

@@ -1,7 +1,6 @@
 package fs_test
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"os/exec"
@@ -12,25 +11,28 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/branchfs/branchfs/kernel"
 	"golang.org/x/sys/unix"
 )
 
-func ioctl(t *testing.T, path string, cmd uintptr, buf []byte) error {
+// ioctl opens path and runs one of the branch ioctls on it.
+func ioctl(t *testing.T, path string, do func(*os.File) error) error {
 	t.Helper()
 	f, err := os.Open(path)
 	must(t, err)
 	defer f.Close()
-	var arg uintptr
-	if buf != nil {
-		arg = uintptr(unsafe.Pointer(&buf[0]))
-	}
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), cmd, arg); errno != 0 {
-		return errno
-	}
-	return nil
+	return do(f)
+}
+
+func createVia(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	must(t, err)
+	defer f.Close()
+	name, err := kernel.Create(f)
+	must(t, err)
+	return name
 }
 
 func TestCopyOnWriteIsolation(t *testing.T) {
@@ -183,9 +185,7 @@ func TestConcurrentCommits(t *testing.T) {
 	for round := 0; round < 5; round++ {
 		var views []string
 		for i := 0; i < 16; i++ {
-			buf := make([]byte, kernel.NameBufSize)
-			must(t, ioctl(t, filepath.Join(m.mnt, ".branchfs_ctl"), kernel.FS_IOC_BRANCH_CREATE, buf))
-			name := string(bytes.TrimRight(buf, "\x00"))
+			name := createVia(t, filepath.Join(m.mnt, ".branchfs_ctl"))
 			v := m.view(name)
 			writeFile(t, filepath.Join(v, "winner"), name)
 			views = append(views, v)
@@ -204,9 +204,7 @@ func TestConcurrentCommits(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), kernel.FS_IOC_BRANCH_COMMIT, 0); errno != 0 {
-					errs[i] = errno
-				}
+				errs[i] = kernel.Commit(f)
 			}()
 		}
 		close(start)
@@ -231,7 +229,7 @@ func TestConcurrentCommits(t *testing.T) {
 		wantContent(t, filepath.Join(m.base, "winner"), winner)
 		for _, v := range views {
 			if filepath.Base(v)[1:] != winner {
-				must(t, ioctl(t, filepath.Join(v, ".branchfs_ctl"), kernel.FS_IOC_BRANCH_ABORT, nil))
+				must(t, ioctl(t, filepath.Join(v, ".branchfs_ctl"), kernel.Abort))
 			}
 		}
 	}
@@ -290,13 +288,16 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("duplicate name: exit %d %q", code, errOut)
 	}
 	// Commit and abort of the main view are refused.
-	wantErrno(t, ioctl(t, filepath.Join(m.mnt, "file"), kernel.FS_IOC_BRANCH_COMMIT, nil), syscall.EINVAL)
-	wantErrno(t, ioctl(t, filepath.Join(m.mnt, ".branchfs_ctl"), kernel.FS_IOC_BRANCH_ABORT, nil), syscall.EINVAL)
+	wantErrno(t, ioctl(t, filepath.Join(m.mnt, "file"), kernel.Commit), syscall.EINVAL)
+	wantErrno(t, ioctl(t, filepath.Join(m.mnt, ".branchfs_ctl"), kernel.Abort), syscall.EINVAL)
 	if _, _, code := m.cli("commit", m.mnt); code != 1 {
 		t.Errorf("commit of main view: exit %d", code)
 	}
 	// Unknown ioctls are ENOTTY, as on any file.
-	wantErrno(t, ioctl(t, filepath.Join(m.mnt, "file"), 'b'<<8|9, nil), syscall.ENOTTY)
+	wantErrno(t, ioctl(t, filepath.Join(m.mnt, "file"), func(f *os.File) error {
+		_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), 'b'<<8|9, 0)
+		return errno
+	}), syscall.ENOTTY)
 	// The CLI refuses paths outside a mount.
 	if _, _, code := m.cli("commit", m.base); code != 1 {
 		t.Errorf("commit outside a mount: exit %d", code)

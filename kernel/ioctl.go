@@ -4,6 +4,14 @@
 // system call.
 package kernel
 
+import (
+	"bytes"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
 // Ioctl numbers, as _IOR('b', 0, char[128]), _IO('b', 1) and _IO('b', 2)
 // encode them. Existing clients of this interface use exactly these.
 const (
@@ -21,3 +29,26 @@ const iocRead = 2 // _IOC_READ: the kernel writes to the caller's buffer
 
 // NameBufSize is the size of the name buffer of FS_IOC_BRANCH_CREATE.
 const NameBufSize = 128
+
+// Create makes a child of the view that f belongs to and returns its name.
+func Create(f *os.File) (string, error) {
+	buf := make([]byte, NameBufSize)
+	if err := ioctl(f, FS_IOC_BRANCH_CREATE, uintptr(unsafe.Pointer(&buf[0]))); err != nil {
+		return "", err
+	}
+	return string(bytes.TrimRight(buf, "\x00")), nil
+}
+
+// Commit commits the view that f belongs to into its parent; the error is
+// syscall.ESTALE when a sibling committed first.
+func Commit(f *os.File) error { return ioctl(f, FS_IOC_BRANCH_COMMIT, 0) }
+
+// Abort drops the branch of the view that f belongs to.
+func Abort(f *os.File) error { return ioctl(f, FS_IOC_BRANCH_ABORT, 0) }
+
+func ioctl(f *os.File, cmd, arg uintptr) error {
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), cmd, arg); errno != 0 {
+		return errno
+	}
+	return nil
+}

@@ -176,8 +176,8 @@ func commitCmd() *cobra.Command {
 				return err
 			}
 			defer f.Close()
-			if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), kernel.FS_IOC_BRANCH_COMMIT, 0); errno != 0 {
-				return explain("commit", name, errno)
+			if err := kernel.Commit(f); err != nil {
+				return explain("commit", name, err)
 			}
 			return nil
 		},
