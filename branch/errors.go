@@ -15,7 +15,6 @@ var (
 	ErrNotFound    = errors.New("no such branch")
 	ErrInvalidName = errors.New("invalid branch name")
 	ErrMainView    = errors.New("the main view cannot be committed or aborted")
-	ErrReserved    = errors.New("name is reserved by branchfs")
 )
 
 // BranchError names the branch an operation failed on.

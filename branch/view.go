@@ -30,14 +30,8 @@ func (s *Store) newView(b *Branch, layers []*layer) *View {
 // Name is the branch the view shows.
 func (v *View) Name() string { return v.br.meta.Name }
 
-// Store is the store the view belongs to.
-func (v *View) Store() *Store { return v.store }
-
 // IsMain reports the view of the base.
 func (v *View) IsMain() bool { return v.br.isMain() }
-
-// Depth is the number of layers below the top.
-func (v *View) Depth() int { return len(v.layers) - 1 }
 
 // Check fails with ErrStale or ErrGone once the branch can no longer be used.
 func (v *View) Check() error {

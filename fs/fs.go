@@ -219,8 +219,6 @@ func toErrno(err error) syscall.Errno {
 		return syscall.EEXIST
 	case errors.Is(err, branch.ErrInvalidName), errors.Is(err, branch.ErrMainView):
 		return syscall.EINVAL
-	case errors.Is(err, branch.ErrReserved):
-		return syscall.EPERM
 	case errors.As(err, &errno):
 		return errno
 	}
