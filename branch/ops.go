@@ -426,11 +426,15 @@ func (v *View) Rename(oldRel, newRel string, flags uint) error {
 		return err
 	}
 	needTombstone := !exchange && v.lowerHas(oldRel)
-	hideBelow := !exchange && eo.IsDir() && v.lowerHas(newRel)
+	// A directory that lands where a lower layer has the name must hide it;
+	// in an exchange that holds for both sides.
+	hideAtNew := eo.IsDir() && v.lowerHas(newRel)
+	hideAtOld := exchange && en.IsDir() && v.lowerHas(oldRel)
 	top := v.layers[0]
-	if st, err := top.lstat(newRel); err == nil && top.delta && isWhiteout(&st) && eo.IsDir() {
-		// rename(2) puts no directory over a non-directory: the tombstone
-		// goes first, and the directory will hide what lies below.
+	if st, err := top.lstat(newRel); err == nil && top.delta && isWhiteout(&st) {
+		// The name is free in the view: rename(2) must not see the
+		// tombstone (it is a non-directory, and it exists for NOREPLACE).
+		// What moves there hides what lies below, as the tombstone did.
 		if err := top.removeAll(newRel); err != nil {
 			return err
 		}
@@ -460,8 +464,13 @@ func (v *View) Rename(oldRel, newRel string, flags uint) error {
 	if err != nil {
 		return err
 	}
-	if hideBelow {
-		return top.setOpaque(newRel)
+	if hideAtNew {
+		if err := top.setOpaque(newRel); err != nil {
+			return err
+		}
+	}
+	if hideAtOld {
+		return top.setOpaque(oldRel)
 	}
 	return nil
 }

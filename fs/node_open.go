@@ -20,17 +20,17 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return nil, 0, errno
 	}
 	defer n.view.Unlock()
-	if wantsWrite(flags) {
+	if wantsWrite(flags) && n.passthroughOpen() {
 		e, err := n.view.Stat(rel)
 		if err != nil {
 			return nil, 0, toErrno(err)
 		}
 		if e.Layer != 0 && n.identical(e) {
-			// The file is about to be copied up. Its copy must be another
-			// inode: the kernel may hold this one's backing file (the
-			// lower file) for passthrough, and would send our writes
-			// there. ESTALE makes the kernel look the name up again and
-			// retry the open on the new inode.
+			// The file is about to be copied up while the kernel reads
+			// this inode's backing file (the lower one) directly: the
+			// copy must be another inode, or the kernel would send our
+			// writes to the lower file. ESTALE makes the kernel look the
+			// name up again and retry the open on the new inode.
 			fd, _, err := n.view.Open(rel, int(flags))
 			if err != nil {
 				return nil, 0, toErrno(err)
@@ -72,6 +72,13 @@ func (n *Node) newHandle(fd, flags int, identical bool) (*fileHandle, uint32) {
 		n.openDirect++
 	}
 	return h, 0
+}
+
+// passthroughOpen reports handles open on n with passthrough.
+func (n *Node) passthroughOpen() bool {
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	return n.openPass > 0
 }
 
 func (n *Node) passthroughAllowed(flags int) bool {

@@ -31,8 +31,8 @@ func TestRandomOperations(t *testing.T) {
 			m.create("outer")
 			inner := m.create("inner", "outer")
 			rng := rand.New(rand.NewSource(seed))
+			var log []string
 			for round := 0; round < 12; round++ {
-				var log []string
 				for i := 0; i < 25; i++ {
 					op := randomOp(rng, native)
 					if op == nil {
@@ -43,6 +43,11 @@ func TestRandomOperations(t *testing.T) {
 					log = append(log, fmt.Sprintf("%s -> native %v, branch %v", op.desc, ne, be))
 					if (ne == nil) != (be == nil) {
 						t.Fatalf("round %d: %s: native %v, branch %v\n%s", round, op.desc, ne, be, strings.Join(log, "\n"))
+					}
+					if os.Getenv("BRANCHFS_RANDOM_EVERY_OP") != "" {
+						if diff := compareTrees(native, inner); diff != "" {
+							t.Fatalf("round %d: after %s: %s\n%s", round, op.desc, diff, strings.Join(log, "\n"))
+						}
 					}
 				}
 				if diff := compareTrees(native, inner); diff != "" {
@@ -111,11 +116,12 @@ func randomOp(rng *rand.Rand, native string) *randomOperation {
 	case 6:
 		return &randomOperation{"mkdir " + a, func(r string) error { return syscall.Mkdir(filepath.Join(r, a), 0o755) }}
 	case 7, 8:
-		if strings.HasPrefix(b, a+"/") {
-			return nil // rename into itself: EINVAL on both, not interesting
+		if strings.HasPrefix(b, a+"/") || strings.HasPrefix(a, b+"/") {
+			return nil // a rename into itself: EINVAL on both, not interesting
 		}
-		return &randomOperation{"rename " + a + " " + b, func(r string) error {
-			return syscall.Rename(filepath.Join(r, a), filepath.Join(r, b))
+		flags := []uint{0, 0, unix.RENAME_NOREPLACE, unix.RENAME_EXCHANGE}[rng.Intn(4)]
+		return &randomOperation{fmt.Sprintf("rename(%d) %s %s", flags, a, b), func(r string) error {
+			return unix.Renameat2(unix.AT_FDCWD, filepath.Join(r, a), unix.AT_FDCWD, filepath.Join(r, b), flags)
 		}}
 	case 9:
 		return &randomOperation{"link " + a + " " + b, func(r string) error {
@@ -134,11 +140,11 @@ func randomOp(rng *rand.Rand, native string) *randomOperation {
 func compareTrees(want, got string) string {
 	w, err := snapshotTree(want)
 	if err != nil {
-		return err.Error()
+		return "native: " + err.Error()
 	}
 	g, err := snapshotTree(got)
 	if err != nil {
-		return err.Error()
+		return "branch: " + err.Error()
 	}
 	keys := map[string]bool{}
 	for k := range w {
@@ -164,7 +170,7 @@ func snapshotTree(root string) (map[string]string, error) {
 	out := map[string]string{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", p, err)
 		}
 		rel, _ := filepath.Rel(root, p)
 		if rel == "." || strings.HasPrefix(rel, ".branchfs") {
@@ -172,7 +178,7 @@ func snapshotTree(root string) (map[string]string, error) {
 		}
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {
-			return err
+			return fmt.Errorf("lstat %s: %w", p, err)
 		}
 		desc := fmt.Sprintf("type %o mode %o nlink %d", st.Mode&unix.S_IFMT, st.Mode&07777, st.Nlink)
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
