@@ -21,6 +21,13 @@ bench:
 	command -v fuse-overlayfs >/dev/null || (apt-get update -qq && apt-get install -y -qq fuse-overlayfs)
 	$(GO) run ./bench
 
+# The branch() system call: builds the patched kernel (cached under
+# /var/cache/branchfs-qemu), boots it under QEMU with the tests in an
+# initramfs, prints every result and "N passed, N failed". Needs root.
+qemu-test:
+	./qemu/deps.sh
+	./qemu/run.sh
+
 check:
 	test -z "$$(gofmt -l .)"
 	$(GO) vet ./...

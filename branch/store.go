@@ -105,6 +105,9 @@ type Store struct {
 	// Failpoint, when set, kills the process at the named step of a commit
 	// (see commit.go); tests use it to crash the daemon mid-commit.
 	Failpoint string
+	// MaxBranches, when above zero, limits how many branches may be live
+	// or stale at once; Create fails with ErrTooMany beyond it.
+	MaxBranches int
 }
 
 // Open opens (creating if needed) the store in dir for the base directory
@@ -464,6 +467,9 @@ func (s *Store) Create(name, parent string) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.MaxBranches > 0 && s.countUnfinished() >= s.MaxBranches {
+		return nil, &BranchError{"create", name, ErrTooMany}
+	}
 	switch p.State() {
 	case Stale:
 		return nil, &BranchError{"create child of", parent, ErrStale}
@@ -529,6 +535,17 @@ func (s *Store) initDeltaRoot(dir string, root *unix.Stat_t) (*layer, error) {
 		return nil, err
 	}
 	return top, nil
+}
+
+// countUnfinished counts the branches that are live or stale.
+func (s *Store) countUnfinished() int {
+	n := 0
+	for _, b := range s.branches {
+		if st := b.State(); st == Live || st == Stale {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *Store) freeName() string {

@@ -98,3 +98,23 @@ func make127() []byte {
 	}
 	return b
 }
+
+func TestMaxBranches(t *testing.T) {
+	s, _ := newStore(t)
+	s.MaxBranches = 2
+	for _, name := range []string{"a", "b"} {
+		if _, err := s.Create(name, MainName); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Create("c", MainName); !errors.Is(err, ErrTooMany) {
+		t.Fatalf("third create: %v, want ErrTooMany", err)
+	}
+	// Finished branches do not count.
+	if err := s.Abort("a", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create("c", MainName); err != nil {
+		t.Fatalf("create after abort: %v", err)
+	}
+}

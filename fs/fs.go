@@ -217,6 +217,8 @@ func toErrno(err error) syscall.Errno {
 		return syscall.EBUSY
 	case errors.Is(err, branch.ErrExists):
 		return syscall.EEXIST
+	case errors.Is(err, branch.ErrTooMany):
+		return syscall.ENOSPC
 	case errors.Is(err, branch.ErrInvalidName), errors.Is(err, branch.ErrMainView):
 		return syscall.EINVAL
 	case errors.As(err, &errno):

@@ -23,7 +23,7 @@ import (
 func mountCmd() *cobra.Command {
 	var base, store, passthrough string
 	var foreground, debug bool
-	var readyFd int
+	var readyFd, maxBranches int
 	c := &cobra.Command{
 		Use:   "mount --base DIR [--store DIR] [--foreground] [--passthrough auto|on|off] MNT",
 		Short: "Mount DIR at MNT; branches appear at MNT/@NAME",
@@ -56,7 +56,7 @@ func mountCmd() *cobra.Command {
 			if !foreground {
 				return startDaemon(mnt, store)
 			}
-			return serve(mnt, base, store, fs.Options{Passthrough: fs.Passthrough(passthrough), Debug: debug}, readyFd)
+			return serve(mnt, base, store, fs.Options{Passthrough: fs.Passthrough(passthrough), Debug: debug}, readyFd, maxBranches)
 		},
 	}
 	c.Flags().StringVar(&base, "base", "", "directory to show at the mount point")
@@ -64,6 +64,7 @@ func mountCmd() *cobra.Command {
 	c.Flags().BoolVar(&foreground, "foreground", false, "serve in this process instead of starting a daemon")
 	c.Flags().StringVar(&passthrough, "passthrough", "auto", "kernel passthrough for reads: auto (main view), on (also read-only opens in branches), off")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	c.Flags().IntVar(&maxBranches, "max-branches", 0, "refuse to create more than this many unfinished (live or stale) branches; 0: no limit")
 	c.Flags().IntVar(&readyFd, "ready-fd", -1, "descriptor to report readiness on (internal)")
 	c.Flags().MarkHidden("ready-fd")
 	return c
@@ -191,7 +192,7 @@ func daemonArgs() []string {
 	return out
 }
 
-func serve(mnt, base, storeDir string, opts fs.Options, readyFd int) error {
+func serve(mnt, base, storeDir string, opts fs.Options, readyFd, maxBranches int) error {
 	var ready *os.File
 	if readyFd >= 0 {
 		ready = os.NewFile(uintptr(readyFd), "ready")
@@ -211,6 +212,7 @@ func serve(mnt, base, storeDir string, opts fs.Options, readyFd int) error {
 	}
 	defer st.Close()
 	st.Failpoint = os.Getenv("BRANCHFS_FAILPOINT")
+	st.MaxBranches = maxBranches
 	fsys, err := fs.Mount(mnt, st, opts)
 	if err != nil {
 		return fail(fmt.Errorf("mount %s: %w", mnt, err))

@@ -1,0 +1,25 @@
+#!/bin/busybox sh
+# /init of the test guest: mounts what the tests need, two branchfs mounts,
+# runs the C and Go tests of branch() and powers off. The host harness
+# (qemu/run.sh) reads the PASS/FAIL lines from the serial console.
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t devtmpfs dev /dev
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+# Base and store share one filesystem with xattrs, as commits rename.
+mkdir -p /data /work /lim
+mount -t tmpfs data /data
+mkdir -p /data/base /data/base2
+echo hello > /data/base/hello.txt
+echo "== guest $(uname -r), branch() abi $(cat /sys/kernel/branch/abi_version 2>/dev/null || echo none)"
+branchfs mount --base /data/base --store /data/store --max-branches 200 /work || echo "FAIL mount /work"
+branchfs mount --base /data/base2 --store /data/store2 --max-branches 2 /lim || echo "FAIL mount /lim"
+cd /
+/tests/branch_test
+echo "== go binding"
+BRANCHFS_GUEST_MNT=/work /tests/kernel.test -test.v -test.count=1
+echo "== guest done"
+branchfs unmount /work
+branchfs unmount /lim
+poweroff -f
