@@ -20,7 +20,8 @@ fi
 
 mkdir -p "$CACHE"
 src=$CACHE/src-$key
-rm -rf "$src" "$CACHE/build"
+# Trees of builds that were cut off take gigabytes each.
+rm -rf "$CACHE"/src-* "$CACHE/build"
 mkdir -p "$src"
 echo "build-kernel: extracting linux-source-6.12 and applying $(ls "$repo"/prototype/patches/*.patch | wc -l) patches" >&2
 tar -xJf "$tarball" -C "$src" --strip-components=1

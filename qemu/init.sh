@@ -19,6 +19,11 @@ cd /
 /tests/branch_test
 echo "== go binding"
 BRANCHFS_GUEST_MNT=/work /tests/kernel.test -test.v -test.count=1
+if [ -x /tests/extra ]; then
+	echo "== extra program"
+	/tests/extra
+	echo "== extra program exited $?"
+fi
 echo "== guest done"
 branchfs unmount /work
 branchfs unmount /lim

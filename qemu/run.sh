@@ -18,8 +18,13 @@ mkdir -p "$root"/{bin,tests,dev,proc,sys,tmp}
 cp /bin/busybox "$root/bin/busybox"
 (cd "$repo" && CGO_ENABLED=0 go build -o "$root/bin/branchfs" ./cmd/branchfs)
 (cd "$repo" && CGO_ENABLED=0 go test -c -o "$root/tests/kernel.test" ./kernel)
-gcc -static -O2 -Wall -I"$repo/prototype/include" -o "$root/tests/branch_test" "$repo/prototype/tests/branch_test.c"
+gcc -static -O2 -Wall -Wno-format-truncation -I"$repo/prototype/include" -o "$root/tests/branch_test" "$repo/prototype/tests/branch_test.c"
 install -m 755 "$here/init.sh" "$root/init"
+# Another static program to run in the guest after ours, with /work and
+# /lim mounted as for our tests: BRANCHFS_QEMU_EXTRA=/path/to/program.
+if [ -n "${BRANCHFS_QEMU_EXTRA:-}" ]; then
+	install -m 755 "$BRANCHFS_QEMU_EXTRA" "$root/tests/extra"
+fi
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initramfs.gz"
 
 accel=tcg
