@@ -15,7 +15,7 @@ var (
 	ErrNotFound    = errors.New("no such branch")
 	ErrInvalidName = errors.New("invalid branch name")
 	ErrMainView    = errors.New("the main view cannot be committed or aborted")
-	ErrTooMany     = errors.New("too many live branches (see mount --max-branches)")
+	ErrTooMany     = errors.New("too many unfinished branches (see mount --max-branches)")
 )
 
 // BranchError names the branch an operation failed on.

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -57,8 +58,13 @@ var ErrNoSyscall = errors.New("branch(): not in this kernel (no " + SysfsDir + "
 
 // Available reports whether the running kernel has branch() under the
 // number and ABI this package speaks. It returns an error wrapping
-// syscall.ENOSYS when not.
-func Available() error {
+// syscall.ENOSYS when not. The kernel cannot change under a running
+// process, so the marker is read once.
+func Available() error { return available() }
+
+var available = sync.OnceValue(checkAvailable)
+
+func checkAvailable() error {
 	if runtime.GOARCH != "amd64" {
 		return fmt.Errorf("%w: %w", ErrNoSyscall, syscall.ENOSYS)
 	}
