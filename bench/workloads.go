@@ -134,13 +134,13 @@ func (b *bench) commitAbort() {
 // does not flush them) and waits for the store's background removal of
 // earlier commits' leftovers, so that a timed step pays for neither.
 func settle(store string) {
-	syncFS()
 	for i := 0; store != "" && i < 500; i++ {
 		if ents, _ := os.ReadDir(filepath.Join(store, "trash")); len(ents) == 0 {
 			break
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+	syncFS()
 }
 
 func syncFS() { exec.Command("sync").Run() }

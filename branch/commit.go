@@ -12,12 +12,13 @@ import (
 
 // A commit moves a branch's delta into its parent: into the base directory
 // itself when the parent is main, else into the parent's delta. It is a redo
-// log: the plan is appended to the state log and synced before anything
-// moves (the only sync of a commit), every step can run again after a crash
-// with the same result, and Open replays a commit that has no "done" record.
-// A crash before the plan is durable leaves the branch live and the parent
-// untouched; after it, the commit is finished on the next mount. Moves are
-// renames within one filesystem, so their cost does not depend on file size.
+// log: the plan is appended to the state log before anything moves (and
+// flushed to the disk first with Store.Durable), every step can run again
+// after a crash with the same result, and Open replays a commit that has no
+// "done" record. A crash before the plan is written leaves the branch live
+// and the parent untouched; after it, the commit is finished on the next
+// mount. Moves are renames within one filesystem, so their cost does not
+// depend on file size.
 
 type opKind string
 
@@ -92,11 +93,17 @@ func (s *Store) Commit(name string) (*CommitResult, error) {
 	target := p.view.layers[0]
 	src := b.view.layers[0]
 	j := &logRecord{Op: logCommit, Name: name, Parent: p.meta.Name, NewEpoch: p.epoch() + 1}
-	if err := planDir(src, target, "", !p.isMain(), j); err != nil {
-		return nil, &BranchError{"commit", name, err}
+	if src.present() {
+		// The replay of the journal needs the target's directory too.
+		if err := p.view.makeTop(); err != nil {
+			return nil, &BranchError{"commit", name, err}
+		}
+		if err := planDir(src, target, "", !p.isMain(), j); err != nil {
+			return nil, &BranchError{"commit", name, err}
+		}
 	}
 	s.failpoint("commit-planned")
-	if err := s.log.append(j, true); err != nil {
+	if err := s.log.append(j, s.Durable); err != nil {
 		return nil, &BranchError{"commit", name, err}
 	}
 	s.failpoint("commit-journaled")
@@ -105,7 +112,7 @@ func (s *Store) Commit(name string) (*CommitResult, error) {
 	for _, o := range j.Ops {
 		res.Paths = append(res.Paths, o.Dst)
 	}
-	for _, c := range s.children(p) {
+	for _, c := range p.kids { // committed siblings pile up under main: no sorting
 		if c != b && c.State() == Live {
 			res.Stale = append(res.Stale, s.markStale(c)...)
 		}
@@ -145,21 +152,40 @@ func (s *Store) markStale(c *Branch) []string {
 // planDir lists the steps that merge src's directory rel into target's.
 // Tombstones go first so that a name is never briefly doubled.
 func planDir(src, target *layer, rel string, targetIsDelta bool, j *logRecord) error {
-	names, err := src.names(rel)
+	sfd, err := src.open(rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return err
+	}
+	defer unix.Close(sfd)
+	names, err := fdNames(sfd)
+	if err != nil {
+		return err
+	}
+	// Names are single components, so stats relative to the two
+	// directories (each opened beneath its layer root) cannot escape.
+	tfd, err := target.open(rel, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	switch {
+	case isNotExist(err):
+		tfd = -1
+	case err != nil:
+		return err
+	default:
+		defer unix.Close(tfd)
 	}
 	var later []op
 	for _, n := range names {
 		p := joinRel(rel, n)
-		st, err := src.lstat(p)
-		if err != nil {
+		var st, tst unix.Stat_t
+		if err := unix.Fstatat(sfd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return err
 		}
-		tst, terr := target.lstat(p)
-		targetHas := terr == nil
-		if terr != nil && !isNotExist(terr) {
-			return terr
+		targetHas := false
+		if tfd >= 0 {
+			terr := unix.Fstatat(tfd, n, &tst, unix.AT_SYMLINK_NOFOLLOW)
+			if terr != nil && !isNotExist(terr) {
+				return terr
+			}
+			targetHas = terr == nil
 		}
 		switch {
 		case isWhiteout(&st) && !targetIsDelta:
@@ -249,14 +275,16 @@ func (s *Store) replace(src, target *layer, o op) error {
 		defer unix.Close(spfd)
 		var st unix.Stat_t
 		if err := unix.Fstatat(spfd, sname, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
-			if err := s.discard(target, o.Dst); err != nil {
-				return err
-			}
 			tpfd, tname, err := target.parent(o.Dst)
 			if err != nil {
 				return err
 			}
-			err = unix.Renameat(spfd, sname, tpfd, tname)
+			// What the target held goes to the trash first: renaming over
+			// a file would make ext4 flush the new file's data.
+			err = s.discardAt(tpfd, tname)
+			if err == nil {
+				err = unix.Renameat(spfd, sname, tpfd, tname)
+			}
 			unix.Close(tpfd)
 			if err != nil {
 				return err
@@ -426,6 +454,14 @@ func (s *Store) replayCommit(j *logRecord) error {
 		targetDir = s.deltaDir(j.Parent)
 	}
 	target, err := openLayer(targetDir, j.Parent != MainName)
+	if isNotExist(err) && j.Parent != MainName {
+		// Made before the journal record, but lost with it unflushed.
+		var root unix.Stat_t
+		if err = unix.Fstat(s.base.fd(), &root); err == nil {
+			target = absentLayer(targetDir, s.base.dev)
+			err = target.make(s.tmpName(), &root)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -454,9 +490,7 @@ func fdNames(fd int) ([]string, error) {
 
 // readDirTyped lists a layer directory with entry types, tombstones included.
 func (l *layer) readDirTyped(rel string) ([]DirEntry, error) {
-	raw := *l
-	raw.delta = false
-	return raw.readDir(rel, nil)
+	return l.readDirMerge(rel, 0, nil, nil, false, false)
 }
 
 // Diff describes what a branch changed relative to its parent.
@@ -483,6 +517,9 @@ func (s *Store) Diff(name string) (*Diff, error) {
 		return nil, &BranchError{"diff", name, ErrGone}
 	}
 	d := &Diff{Branch: name, Parent: b.parent.meta.Name, Added: []string{}, Modified: []string{}, Deleted: []string{}}
+	if !b.view.layers[0].present() {
+		return d, nil
+	}
 	err = diffDir(b.view.layers[0], b.parent.view, "", d)
 	return d, err
 }

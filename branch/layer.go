@@ -6,6 +6,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,11 +31,17 @@ func IsInternalXattr(name string) bool {
 // layer is one directory of a view's stack: the base, or a branch's delta.
 // Every access is resolved beneath its root with openat2, so neither a
 // symlink nor ".." in the underlying tree can lead outside it.
+//
+// A branch's delta directory is made at the branch's first write, not at
+// its creation: until then the layer is absent, holds nothing, and creating
+// a branch costs one append to the state log.
 type layer struct {
 	dir   string
-	fd    int // O_PATH directory descriptor of dir
 	dev   uint64
 	delta bool // whiteouts and opaque markers are meaningful here
+
+	mu     sync.Mutex   // serializes making an absent layer's directory
+	rootFd atomic.Int64 // O_PATH descriptor of dir; -1 while absent or closed
 }
 
 func openLayer(dir string, delta bool) (*layer, error) {
@@ -46,14 +54,59 @@ func openLayer(dir string, delta bool) (*layer, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	return &layer{dir: dir, fd: fd, dev: st.Dev, delta: delta}, nil
+	l := &layer{dir: dir, dev: st.Dev, delta: delta}
+	l.rootFd.Store(int64(fd))
+	return l, nil
 }
 
+// absentLayer stands for a delta directory not made yet, on device dev.
+func absentLayer(dir string, dev uint64) *layer {
+	l := &layer{dir: dir, dev: dev, delta: true}
+	l.rootFd.Store(-1)
+	return l
+}
+
+func (l *layer) fd() int       { return int(l.rootFd.Load()) }
+func (l *layer) present() bool { return l.fd() >= 0 }
+
 func (l *layer) close() {
-	if l.fd >= 0 {
-		unix.Close(l.fd)
-		l.fd = -1
+	if fd := l.rootFd.Swap(-1); fd >= 0 {
+		unix.Close(int(fd))
 	}
+}
+
+// make creates an absent layer's directory with the mode, owner and times
+// of like (the root it covers), in tmp and then renamed into place, so that
+// a crash never leaves a half-made root.
+func (l *layer) make(tmp string, like *unix.Stat_t) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.present() {
+		return nil
+	}
+	if err := unix.Mkdir(tmp, like.Mode&07777); err != nil {
+		return err
+	}
+	err := unix.Chown(tmp, int(like.Uid), int(like.Gid))
+	if err == nil {
+		err = unix.Chmod(tmp, like.Mode&07777)
+	}
+	if err == nil {
+		err = unix.UtimesNano(tmp, []unix.Timespec{like.Atim, like.Mtim})
+	}
+	if err == nil {
+		err = unix.Rename(tmp, l.dir)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	fd, err := unix.Open(l.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: l.dir, Err: err}
+	}
+	l.rootFd.Store(int64(fd))
+	return nil
 }
 
 const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
@@ -67,8 +120,12 @@ func (l *layer) open(rel string, flags int, mode uint32) (int, error) {
 	if flags&(unix.O_CREAT|unix.O_TMPFILE) == 0 {
 		how.Mode = 0
 	}
+	root := l.fd()
+	if root < 0 {
+		return -1, unix.ENOENT
+	}
 	for {
-		fd, err := unix.Openat2(l.fd, rel, &how)
+		fd, err := unix.Openat2(root, rel, &how)
 		if err == unix.EINTR || err == unix.EAGAIN {
 			continue
 		}

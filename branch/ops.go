@@ -612,6 +612,6 @@ func (v *View) RemoveXattr(rel, name string) error {
 // Statfs reports on the filesystem that holds the base.
 func (v *View) Statfs() (unix.Statfs_t, error) {
 	var st unix.Statfs_t
-	err := unix.Fstatfs(v.store.base.fd, &st)
+	err := unix.Fstatfs(v.store.base.fd(), &st)
 	return st, err
 }

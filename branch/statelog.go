@@ -13,9 +13,9 @@ import (
 )
 
 // The state log (STORE/log) is the store's memory: one line per event,
-// appended. A create or abort is one unsynced append; a commit is one
-// synced append (the commit's journal) before anything moves, and one more
-// once it is done. Each line carries a checksum, so a torn last line reads
+// appended. A create or abort is one append; a commit is one append (the
+// commit's journal, flushed to the disk first when the store is durable)
+// before anything moves, and one more once it is done. Each line carries a checksum, so a torn last line reads
 // as never written. Mounting replays the log, finishes a commit that has
 // no "done", and rewrites the log as a snapshot.
 

@@ -10,6 +10,7 @@
 //	STORE/lock                 flock held by the daemon that owns the store
 //	STORE/log                  the state log: branches, epochs, commit journal
 //	STORE/deltas/NAME/         files the branch changed; tombstones; opaque dirs
+//	                           (made at the branch's first write)
 //	STORE/branches/NAME/       reserved for per-branch data such as
 //	                           checkpointed process memory (images/)
 //	STORE/tmp/, STORE/trash/   staging for creation and deletion
@@ -73,6 +74,7 @@ type branchMeta struct {
 type Branch struct {
 	meta         branchMeta
 	parent       *Branch
+	kids         map[string]*Branch // children in any state; changed under Store.mu
 	state        atomic.Int32
 	liveChildren atomic.Int32
 	view         *View
@@ -94,6 +96,7 @@ type Store struct {
 	meta     storeMeta
 	log      *stateLog
 	base     *layer
+	baseIno  uint64 // inode number of the base root, which every view root reports
 	main     *Branch
 	branches map[string]*Branch // every branch but main, including committed ones
 	devs     map[uint64]uint64  // device number -> small index for inode identity
@@ -105,6 +108,11 @@ type Store struct {
 	// Failpoint, when set, kills the process at the named step of a commit
 	// (see commit.go); tests use it to crash the daemon mid-commit.
 	Failpoint string
+	// Durable flushes a commit's journal record to the disk before the
+	// commit moves anything. Without it a commit is all-or-nothing across
+	// crashes of the daemon (the record is in the page cache, which
+	// outlives the process) but not across power loss.
+	Durable bool
 	// MaxBranches, when above zero, limits how many branches may be live
 	// or stale at once; Create fails with ErrTooMany beyond it.
 	MaxBranches int
@@ -148,6 +156,10 @@ func Open(dir, base string) (*Store, error) {
 	}
 	s.devIndex(s.base.dev)
 	var sst unix.Stat_t
+	if err := unix.Fstat(s.base.fd(), &sst); err != nil {
+		return nil, err
+	}
+	s.baseIno = sst.Ino
 	if err := unix.Stat(dir, &sst); err != nil {
 		return nil, err
 	}
@@ -255,15 +267,12 @@ func (s *Store) load() error {
 			return fmt.Errorf("finishing the commit of %s: %w", pending.Name, err)
 		}
 	}
-	// A branch whose delta is gone was being aborted; so was one whose
-	// parent is gone (aborts drop children first, but a crash may stop one
-	// anywhere).
+	// A branch whose parent is gone was being aborted (aborts drop
+	// children first, but a crash may stop one anywhere).
 	for changed := true; changed; {
 		changed = false
 		for name, b := range s.branches {
-			_, err := os.Lstat(s.deltaDir(name))
-			orphan := b.meta.Parent != MainName && s.branches[b.meta.Parent] == nil
-			if orphan || !b.meta.Committed && err != nil {
+			if b.meta.Parent != MainName && s.branches[b.meta.Parent] == nil {
 				delete(s.branches, name)
 				changed = true
 			}
@@ -320,7 +329,7 @@ func (s *Store) link() error {
 				return err
 			}
 		}
-		b.parent = p
+		s.adopt(p, b)
 		switch {
 		case b.meta.Committed:
 			b.state.Store(int32(Committed))
@@ -375,6 +384,9 @@ func (s *Store) openView(b *Branch) error {
 		}
 	}
 	top, err := openLayer(s.deltaDir(b.meta.Name), true)
+	if isNotExist(err) {
+		top, err = absentLayer(s.deltaDir(b.meta.Name), s.base.dev), nil // nothing written yet
+	}
 	if err != nil {
 		return fmt.Errorf("branch %s: %w", b.meta.Name, err)
 	}
@@ -476,65 +488,28 @@ func (s *Store) Create(name, parent string) (*View, error) {
 	case Committed, Aborted:
 		return nil, &BranchError{"create child of", parent, ErrGone}
 	}
-	b := &Branch{parent: p, meta: branchMeta{
+	b := &Branch{meta: branchMeta{
 		Name: name, Parent: p.meta.Name, ParentEpoch: p.epoch(), Created: time.Now().UTC(),
 	}}
-	// The delta's root is the view's root directory: it starts as a copy
-	// of the parent's, so that mode and owner decide access as before.
-	root, err := p.view.layers[0].lstat("")
-	if err != nil {
-		return nil, err
-	}
 	if old != nil {
 		// A committed record only keeps its name for list; reuse frees it.
 		if err := s.forget(old); err != nil {
 			return nil, err
 		}
 	}
-	dir := s.deltaDir(name)
-	if err := unix.Mkdir(dir, root.Mode&07777); err != nil {
-		return nil, err
-	}
-	top, err := s.initDeltaRoot(dir, &root)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
+	// The delta directory is made at the first write (View.CheckWritable).
 	m := &b.meta
 	rec := logRecord{Op: logCreate, Name: name, Parent: m.Parent, ParentEpoch: m.ParentEpoch, Created: m.Created}
 	if err := s.log.append(&rec, false); err != nil {
-		top.close()
-		os.RemoveAll(dir)
 		return nil, err
 	}
+	top := absentLayer(s.deltaDir(name), s.base.dev)
 	s.devIndex(top.dev)
 	b.view = s.newView(b, append([]*layer{top}, p.view.layers...))
 	s.branches[name] = b
+	s.adopt(p, b)
 	p.liveChildren.Add(1)
 	return b.view, nil
-}
-
-func (s *Store) initDeltaRoot(dir string, root *unix.Stat_t) (*layer, error) {
-	top, err := openLayer(dir, true)
-	if err != nil {
-		return nil, err
-	}
-	var st unix.Stat_t
-	err = unix.Fstat(top.fd, &st)
-	if err == nil && (st.Uid != root.Uid || st.Gid != root.Gid) {
-		err = unix.Fchownat(top.fd, "", int(root.Uid), int(root.Gid), unix.AT_EMPTY_PATH)
-	}
-	if err == nil && st.Mode != root.Mode {
-		err = unix.Chmod(procPath(top.fd), root.Mode&07777)
-	}
-	if err == nil {
-		err = unix.UtimesNano(procPath(top.fd), []unix.Timespec{root.Atim, root.Mtim})
-	}
-	if err != nil {
-		top.close()
-		return nil, err
-	}
-	return top, nil
 }
 
 // countUnfinished counts the branches that are live or stale.
@@ -568,6 +543,11 @@ func (s *Store) trash(dir string) error {
 	return nil
 }
 
+// tmpName is a fresh name in STORE/tmp, which Open empties.
+func (s *Store) tmpName() string {
+	return filepath.Join(s.dir, "tmp", strconv.FormatUint(s.trashSeq.Add(1), 36)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+}
+
 func (s *Store) trashName() string {
 	return filepath.Join(s.dir, "trash", strconv.FormatUint(s.trashSeq.Add(1), 36)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 }
@@ -584,7 +564,12 @@ func (s *Store) discard(l *layer, rel string) error {
 		return err
 	}
 	defer unix.Close(pfd)
-	err = unix.Renameat(pfd, name, unix.AT_FDCWD, s.trashName())
+	return s.discardAt(pfd, name)
+}
+
+// discardAt is discard for name in directory pfd.
+func (s *Store) discardAt(pfd int, name string) error {
+	err := unix.Renameat(pfd, name, unix.AT_FDCWD, s.trashName())
 	if errors.Is(err, unix.ENOENT) {
 		return nil
 	}
@@ -594,13 +579,26 @@ func (s *Store) discard(l *layer, rel string) error {
 	return err
 }
 
+// trashDelay keeps the freeing of a commit's or abort's leftovers off the
+// disk and CPU while that operation, and the next of a burst, runs.
+const trashDelay = 20 * time.Millisecond
+
 // emptyTrashLater starts one background removal of the trash's contents.
 func (s *Store) emptyTrashLater() {
 	if s.emptying.CompareAndSwap(false, true) {
-		go func() {
+		time.AfterFunc(trashDelay, func() {
 			defer s.emptying.Store(false)
-			emptyDir(filepath.Join(s.dir, "trash"))
-		}()
+			trash := filepath.Join(s.dir, "trash")
+			for {
+				ents, _ := os.ReadDir(trash)
+				if len(ents) == 0 {
+					return
+				}
+				for _, e := range ents {
+					os.RemoveAll(filepath.Join(trash, e.Name()))
+				}
+			}
+		})
 	}
 }
 
@@ -638,17 +636,19 @@ func (s *Store) drop(b *Branch) error {
 			return err
 		}
 	}
-	if err := s.trash(s.deltaDir(b.meta.Name)); err != nil {
+	// The record first: a delta left behind by a crash has no branch and
+	// is removed at the next mount.
+	if err := s.log.append(&logRecord{Op: logAbort, Name: b.meta.Name}, false); err != nil {
 		return err
 	}
-	if err := s.log.append(&logRecord{Op: logAbort, Name: b.meta.Name}, false); err != nil {
+	if err := s.trash(s.deltaDir(b.meta.Name)); err != nil {
 		return err
 	}
 	if b.State() == Live {
 		b.parent.liveChildren.Add(-1)
 	}
 	s.retire(b, Aborted)
-	delete(s.branches, b.meta.Name)
+	s.remove(b)
 	return nil
 }
 
@@ -657,8 +657,23 @@ func (s *Store) forget(b *Branch) error {
 	if err := s.log.append(&logRecord{Op: logAbort, Name: b.meta.Name}, false); err != nil {
 		return err
 	}
-	delete(s.branches, b.meta.Name)
+	s.remove(b)
 	return nil
+}
+
+func (s *Store) adopt(p, b *Branch) {
+	b.parent = p
+	if p.kids == nil {
+		p.kids = map[string]*Branch{}
+	}
+	p.kids[b.meta.Name] = b
+}
+
+func (s *Store) remove(b *Branch) {
+	delete(s.branches, b.meta.Name)
+	if b.parent != nil {
+		delete(b.parent.kids, b.meta.Name)
+	}
 }
 
 func (s *Store) retire(b *Branch, st State) {
@@ -669,12 +684,11 @@ func (s *Store) retire(b *Branch, st State) {
 	}
 }
 
+// children lists b's children in any state, by name.
 func (s *Store) children(b *Branch) []*Branch {
-	var out []*Branch
-	for _, c := range s.branches {
-		if c.parent == b {
-			out = append(out, c)
-		}
+	out := make([]*Branch, 0, len(b.kids))
+	for _, c := range b.kids {
+		out = append(out, c)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].meta.Name < out[j].meta.Name })
 	return out

@@ -53,7 +53,32 @@ func (v *View) CheckWritable() error {
 	if v.br.liveChildren.Load() > 0 {
 		return ErrFrozen
 	}
-	return nil
+	return v.makeTop()
+}
+
+// makeTop makes the top layer's directory if nothing was written to the
+// branch yet; its root starts as a copy of the root it covers.
+func (v *View) makeTop() error {
+	top := v.layers[0]
+	if top.present() {
+		return nil
+	}
+	below := v.layers[v.rootLayer()]
+	st, err := below.lstat("")
+	if err != nil {
+		return err
+	}
+	return top.make(v.store.tmpName(), &st)
+}
+
+// rootLayer is the top-most layer whose directory exists; the base always
+// does.
+func (v *View) rootLayer() int {
+	i := 0
+	for !v.layers[i].present() && i < len(v.layers)-1 {
+		i++
+	}
+	return i
 }
 
 // Lock takes the store lock shared for the duration of a view operation.
@@ -82,6 +107,7 @@ type Entry struct {
 	Layer int         // index of the layer that supplies the entry
 	Stat  unix.Stat_t // from that layer
 	dirs  []int       // for a directory, every layer it merges, top first
+	root  bool        // the view's root
 }
 
 // IsDir reports a directory entry.
@@ -92,21 +118,27 @@ func (e *Entry) IsDir() bool { return e.Stat.Mode&unix.S_IFMT == unix.S_IFDIR }
 // same base file seen through two views, or a file and its copy-up, are
 // different inodes to the kernel.
 func (v *View) Identity(e *Entry) (ino, gen uint64) {
+	if e.root {
+		// The root keeps its identity when the branch's first write makes
+		// its delta directory.
+		return v.store.baseIno, v.id<<8 | v.store.devs[v.store.base.dev]
+	}
 	return e.Stat.Ino, v.id<<8 | v.store.devs[v.layers[e.Layer].dev]
 }
 
 // Lookup resolves rel.
 func (v *View) Lookup(rel string) (*Entry, error) {
 	if rel == "" {
-		st, err := v.layers[0].lstat("")
+		top := v.rootLayer()
+		st, err := v.layers[top].lstat("")
 		if err != nil {
 			return nil, err
 		}
-		all := make([]int, len(v.layers))
-		for i := range all {
-			all[i] = i
+		all := make([]int, 0, len(v.layers))
+		for i := top; i < len(v.layers); i++ {
+			all = append(all, i)
 		}
-		return &Entry{Layer: 0, Stat: st, dirs: all}, nil
+		return &Entry{Layer: top, Stat: st, dirs: all, root: true}, nil
 	}
 	dir, name := path.Split(rel)
 	dl, err := v.dirLayers(trimSlash(dir))
@@ -254,19 +286,19 @@ func (v *View) readDir(rel string, plus bool) ([]DirEntry, error) {
 	}
 	var out []DirEntry
 	for _, i := range e.dirs {
-		if out, err = v.layers[i].readDirMerge(rel, i, seen, out, plus); err != nil {
+		if !v.layers[i].present() {
+			continue
+		}
+		if out, err = v.layers[i].readDirMerge(rel, i, seen, out, plus, v.layers[i].delta); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-func (l *layer) readDir(rel string, out []DirEntry) ([]DirEntry, error) {
-	return l.readDirMerge(rel, 0, nil, out, false)
-}
-
-// readDirMerge appends the entries of rel not yet in seen (nil: keep all).
-func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []DirEntry, plus bool) ([]DirEntry, error) {
+// readDirMerge appends the entries of rel not yet in seen (nil: keep all),
+// without tombstones when hideWhiteouts.
+func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []DirEntry, plus, hideWhiteouts bool) ([]DirEntry, error) {
 	fd, err := l.open(rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return out, err
@@ -281,7 +313,7 @@ func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []
 			seen[name] = true
 		}
 		de := DirEntry{Name: name, Type: d.Type, Ino: d.Ino, Layer: index}
-		if plus || l.delta && d.Type == syscall.DT_CHR {
+		if plus || hideWhiteouts && d.Type == syscall.DT_CHR {
 			var st unix.Stat_t
 			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				if !isNotExist(err) && firstErr == nil {
@@ -289,7 +321,7 @@ func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []
 				}
 				return // gone since getdents
 			}
-			if l.delta && isWhiteout(&st) {
+			if hideWhiteouts && isWhiteout(&st) {
 				return
 			}
 			if plus {

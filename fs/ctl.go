@@ -172,9 +172,12 @@ func (f *FS) abort(v *branch.View, recursive bool) error {
 	if err := f.store.Abort(v.Name(), recursive); err != nil {
 		return err
 	}
-	if r := f.viewRoot(v.Name()); r != nil {
-		notifyTree(&r.Inode)
-	}
 	f.root.NotifyEntry(BranchPrefix + v.Name())
+	// The daemon already fails every operation on the view; dropping the
+	// data the kernel caches for files still open there can follow the
+	// reply (for a large delta it is most of an abort's cost).
+	if r := f.viewRoot(v.Name()); r != nil {
+		go notifyTree(&r.Inode)
+	}
 	return nil
 }

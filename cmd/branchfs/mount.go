@@ -22,7 +22,7 @@ import (
 
 func mountCmd() *cobra.Command {
 	var base, store, passthrough string
-	var foreground, debug bool
+	var foreground, debug, durable bool
 	var readyFd, maxBranches int
 	c := &cobra.Command{
 		Use:   "mount --base DIR [--store DIR] [--foreground] [--passthrough auto|on|off] MNT",
@@ -56,7 +56,7 @@ func mountCmd() *cobra.Command {
 			if !foreground {
 				return startDaemon(mnt, store)
 			}
-			return serve(mnt, base, store, fs.Options{Passthrough: fs.Passthrough(passthrough), Debug: debug}, readyFd, maxBranches)
+			return serve(mnt, base, store, fs.Options{Passthrough: fs.Passthrough(passthrough), Debug: debug}, readyFd, maxBranches, durable)
 		},
 	}
 	c.Flags().StringVar(&base, "base", "", "directory to show at the mount point")
@@ -65,6 +65,7 @@ func mountCmd() *cobra.Command {
 	c.Flags().StringVar(&passthrough, "passthrough", "auto", "kernel passthrough for reads: auto (main view), on (also read-only opens in branches), off")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	c.Flags().IntVar(&maxBranches, "max-branches", 0, "refuse to create more than this many unfinished (live or stale) branches; 0: no limit")
+	c.Flags().BoolVar(&durable, "durable", false, "flush each commit's journal record to the disk before the commit moves anything, so that commits stay all-or-nothing across power loss and kernel crashes too (a daemon crash never needs it); costs one disk flush per commit")
 	c.Flags().IntVar(&readyFd, "ready-fd", -1, "descriptor to report readiness on (internal)")
 	c.Flags().MarkHidden("ready-fd")
 	return c
@@ -192,7 +193,7 @@ func daemonArgs() []string {
 	return out
 }
 
-func serve(mnt, base, storeDir string, opts fs.Options, readyFd, maxBranches int) error {
+func serve(mnt, base, storeDir string, opts fs.Options, readyFd, maxBranches int, durable bool) error {
 	var ready *os.File
 	if readyFd >= 0 {
 		ready = os.NewFile(uintptr(readyFd), "ready")
@@ -213,6 +214,7 @@ func serve(mnt, base, storeDir string, opts fs.Options, readyFd, maxBranches int
 	defer st.Close()
 	st.Failpoint = os.Getenv("BRANCHFS_FAILPOINT")
 	st.MaxBranches = maxBranches
+	st.Durable = durable
 	fsys, err := fs.Mount(mnt, st, opts)
 	if err != nil {
 		return fail(fmt.Errorf("mount %s: %w", mnt, err))
