@@ -118,3 +118,69 @@ func TestMaxBranches(t *testing.T) {
 		t.Fatalf("create after abort: %v", err)
 	}
 }
+
+// A branch's delta directory appears at its first write; until then the
+// branch works as an empty one, across a remount too.
+func TestDeltaMadeAtFirstWrite(t *testing.T) {
+	s, base := newStore(t)
+	p, err := s.Create("p", MainName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delta := filepath.Join(s.Dir(), "deltas", "p")
+	if _, err := os.Lstat(delta); !os.IsNotExist(err) {
+		t.Fatalf("delta of an unwritten branch: %v", err)
+	}
+	rootBefore, _ := p.Lookup("")
+	inoBefore, genBefore := p.Identity(rootBefore)
+	c, err := s.Create("c", "p") // a child over an absent layer
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ents, err := c.ReadDir(""); err != nil || len(ents) != 2 {
+		t.Fatalf("listing through absent layers: %v %v", ents, err)
+	}
+	// Remount: the unwritten branches come back, still without deltas.
+	dir := s.Dir()
+	s.Close()
+	if s, err = Open(dir, base); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if c, err = s.View("c"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, c, "new", "c")
+	if _, err := s.Commit("c"); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = s.View("p"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(delta); err != nil || !fi.IsDir() {
+		t.Fatalf("a commit into an unwritten branch makes its delta: %v", err)
+	}
+	base0, _ := os.Lstat(base)
+	if fi, _ := os.Lstat(delta); fi.Mode() != base0.Mode() {
+		t.Errorf("delta root %v, base root %v", fi.Mode(), base0.Mode())
+	}
+	rootAfter, _ := p.Lookup("")
+	if ino, gen := p.Identity(rootAfter); ino != inoBefore || gen>>8 != genBefore>>8 {
+		t.Errorf("root identity changed with the first write: %d/%d, was %d/%d", ino, gen, inoBefore, genBefore)
+	}
+	if _, err := s.Commit("p"); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(filepath.Join(base, "new")); err != nil || string(data) != "c" {
+		t.Errorf("base/new after two commits: %q %v", data, err)
+	}
+	// An unwritten branch commits and aborts as an empty one.
+	e, _ := s.Create("e", MainName)
+	if _, err := s.Commit(e.Name()); err != nil {
+		t.Errorf("commit of an unwritten branch: %v", err)
+	}
+	a, _ := s.Create("a", MainName)
+	if err := s.Abort(a.Name(), false); err != nil {
+		t.Errorf("abort of an unwritten branch: %v", err)
+	}
+}
