@@ -1,7 +1,9 @@
 package fs_test
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -517,5 +519,68 @@ func TestListingsAfterCommit(t *testing.T) {
 	m.ok("commit", p)
 	if got, want := names(filepath.Join(m.mnt, "dir")), "added sub"; got != want {
 		t.Errorf("main listing after commit = %q, want %q", got, want)
+	}
+}
+
+// Past --max-inodes, the least recently used branch views are dropped from
+// the kernel's caches: the kernel forgets their inodes, and they work as
+// before, open files and working directories included.
+func TestIdleViewsTrimmed(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.Chmod(dir, 0o755))
+	m := &mount{t: t, base: filepath.Join(dir, "base"), store: filepath.Join(dir, "store"),
+		mnt: filepath.Join(dir, "mnt"), args: []string{"--max-inodes", "60", "--debug"}}
+	must(t, os.MkdirAll(m.mnt, 0o755))
+	sampleTree(t, m.base)
+	for i := 0; i < 40; i++ {
+		writeFile(t, filepath.Join(m.base, "dir", fmt.Sprintf("f%02d", i)), fmt.Sprintf("%d\n", i))
+	}
+	m.start()
+	t.Cleanup(m.cleanup)
+	first := m.create("first")
+	held, err := os.Open(filepath.Join(first, "dir", "f07"))
+	must(t, err)
+	defer held.Close()
+	var before unix.Stat_t
+	must(t, unix.Lstat(filepath.Join(first, "dir", "f08"), &before))
+	statAll := func(view string) {
+		for i := 0; i < 40; i++ {
+			if _, err := os.Lstat(filepath.Join(view, "dir", fmt.Sprintf("f%02d", i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	statAll(first)
+	for i := 0; i < 4; i++ {
+		statAll(m.create(fmt.Sprintf("b%d", i)))
+	}
+	// Forgets arrive after the invalidation; give them a moment.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		log, _ := os.ReadFile(filepath.Join(m.store, "daemon.log"))
+		if bytes.Contains(log, []byte("FORGET")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the kernel forgot no inode past the budget")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	data := make([]byte, 16)
+	if n, err := held.ReadAt(data, 0); string(data[:n]) != "7\n" {
+		t.Errorf("open file in a trimmed view: %q %v", data[:n], err)
+	}
+	var after unix.Stat_t
+	must(t, unix.Lstat(filepath.Join(first, "dir", "f08"), &after))
+	if after.Ino != before.Ino {
+		t.Errorf("inode number changed across a trim: %d, was %d", after.Ino, before.Ino)
+	}
+	if got := readFile(t, filepath.Join(first, "dir", "f39")); got != "39\n" {
+		t.Errorf("file in a trimmed view: %q", got)
+	}
+	writeFile(t, filepath.Join(first, "dir", "f39"), "changed\n")
+	m.ok("commit", first)
+	if got := readFile(t, filepath.Join(m.base, "dir", "f39")); got != "changed\n" {
+		t.Errorf("commit from a trimmed view: base has %q", got)
 	}
 }

@@ -41,14 +41,22 @@ const (
 	PassthroughOff Passthrough = "off"
 )
 
+// DefaultTimeout is the kernel's cache lifetime for names and attributes.
+const DefaultTimeout = time.Hour
+
 // Options configure a mount.
 type Options struct {
 	Passthrough Passthrough
 	Debug       bool
-	// Timeout is how long the kernel caches names and attributes. Changes
-	// made through branchfs are pushed to the kernel; this bounds how long
-	// changes made to the base behind its back stay unseen.
+	// Timeout is how long the kernel caches names and attributes. Every
+	// change made through branchfs (writes, copy-ups, commits, staleness)
+	// is pushed to the kernel as it happens, so this only bounds how long
+	// changes made to the base behind branchfs's back stay unseen.
 	Timeout time.Duration
+	// MaxInodes is how many inodes the kernel may hold through all views
+	// before idle branch views are dropped from its caches (trim.go); 0
+	// means DefaultMaxInodes, below 0 no limit.
+	MaxInodes int
 }
 
 // FS is a mounted branch store.
@@ -61,6 +69,10 @@ type FS struct {
 
 	mu    sync.Mutex
 	views map[*branch.View]*Node // root node of each branch view the kernel knows
+	use   map[*branch.View]*viewUse
+	nodes int // nodes the kernel knows through branch views (trim.go)
+
+	trimming atomic.Bool
 
 	passWriters atomic.Int64 // handles that write through passthrough
 }
@@ -71,9 +83,12 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		opts.Passthrough = PassthroughAuto
 	}
 	if opts.Timeout == 0 {
-		opts.Timeout = time.Second
+		opts.Timeout = DefaultTimeout
 	}
-	f := &FS{store: store, opts: opts, start: time.Now(), views: map[*branch.View]*Node{}}
+	if opts.MaxInodes == 0 {
+		opts.MaxInodes = DefaultMaxInodes
+	}
+	f := &FS{store: store, opts: opts, start: time.Now(), views: map[*branch.View]*Node{}, use: map[*branch.View]*viewUse{}}
 	f.root = &Node{fsys: f, view: store.Main(), viewRoot: true}
 	root, err := store.Main().Lookup("")
 	if err != nil {
@@ -120,6 +135,7 @@ type Node struct {
 	fsys     *FS
 	view     *branch.View
 	viewRoot bool
+	counted  bool // in the trim budget (trim.go); under fsys.mu
 
 	// Open handles by kind: the kernel requires every open of an inode to
 	// agree on passthrough with the ones already open.
@@ -175,7 +191,11 @@ func (n *Node) newChild(ctx context.Context, e *branch.Entry, out *fuse.EntryOut
 	ino, gen := n.view.Identity(e)
 	child := &Node{fsys: n.fsys, view: n.view}
 	fillAttr(&out.Attr, &e.Stat)
-	return n.NewInode(ctx, child, gofs.StableAttr{Mode: e.Stat.Mode & syscall.S_IFMT, Ino: ino, Gen: gen})
+	in := n.NewInode(ctx, child, gofs.StableAttr{Mode: e.Stat.Mode & syscall.S_IFMT, Ino: ino, Gen: gen})
+	if in.Operations() == child {
+		n.fsys.nodeMade(child)
+	}
+	return in
 }
 
 // identical reports whether e is the file this node stands for.
@@ -289,7 +309,9 @@ func notifyPath(root *gofs.Inode, p string) {
 			cur.NotifyContent(0, 0) // the listing the kernel keeps
 			cur.NotifyEntry(name)
 			if child != nil {
-				child.NotifyContent(0, 0)
+				// A name keeps its inode when the file behind it changes
+				// (Node.child), so cached pages below must go too.
+				notifyTree(child)
 			}
 			return
 		}

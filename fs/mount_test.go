@@ -63,6 +63,7 @@ type mount struct {
 	base, store, mnt string
 	passthrough      string
 	env              []string
+	args             []string // more mount flags
 	mounted          bool
 }
 
@@ -96,7 +97,8 @@ func (m *mount) start() {
 	if m.passthrough == "" {
 		m.passthrough = "auto"
 	}
-	cmd := exec.Command(binary, "mount", "--base", m.base, "--store", m.store, "--passthrough", m.passthrough, m.mnt)
+	args := append([]string{"mount", "--base", m.base, "--store", m.store, "--passthrough", m.passthrough}, m.args...)
+	cmd := exec.Command(binary, append(args, m.mnt)...)
 	cmd.Env = append(os.Environ(), m.env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		m.t.Fatalf("mount: %v: %s", err, out)

@@ -69,10 +69,14 @@ func (n *Node) lookupBranch(ctx context.Context, name string, out *fuse.EntryOut
 	n.fsys.mu.Lock()
 	n.fsys.views[v] = in.Operations().(*Node)
 	n.fsys.mu.Unlock()
+	if in.Operations() == root {
+		n.fsys.nodeMade(root)
+	}
 	return in, 0
 }
 
 func (n *Node) OnForget() {
+	n.fsys.nodeForgotten(n)
 	if n.viewRoot {
 		n.fsys.mu.Lock()
 		if n.fsys.views[n.view] == n {

@@ -23,7 +23,8 @@ import (
 func mountCmd() *cobra.Command {
 	var base, store, passthrough string
 	var foreground, debug, durable bool
-	var readyFd, maxBranches int
+	var readyFd, maxBranches, maxInodes int
+	var cacheTimeout time.Duration
 	c := &cobra.Command{
 		Use:   "mount --base DIR [--store DIR] [--foreground] [--passthrough auto|on|off] MNT",
 		Short: "Mount DIR at MNT; branches appear at MNT/@NAME",
@@ -56,7 +57,7 @@ func mountCmd() *cobra.Command {
 			if !foreground {
 				return startDaemon(mnt, store)
 			}
-			return serve(mnt, base, store, fs.Options{Passthrough: fs.Passthrough(passthrough), Debug: debug}, readyFd, maxBranches, durable)
+			return serve(mnt, base, store, fs.Options{Passthrough: fs.Passthrough(passthrough), Debug: debug, Timeout: cacheTimeout, MaxInodes: maxInodes}, readyFd, maxBranches, durable)
 		},
 	}
 	c.Flags().StringVar(&base, "base", "", "directory to show at the mount point")
@@ -65,6 +66,8 @@ func mountCmd() *cobra.Command {
 	c.Flags().StringVar(&passthrough, "passthrough", "auto", "kernel passthrough for reads: auto (main view), on (also read-only opens in branches), off")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	c.Flags().IntVar(&maxBranches, "max-branches", 0, "refuse to create more than this many unfinished (live or stale) branches; 0: no limit")
+	c.Flags().DurationVar(&cacheTimeout, "cache-timeout", fs.DefaultTimeout, "how long the kernel caches names and attributes; changes made through branchfs reach it at once, this bounds how long changes made to the base directly stay unseen")
+	c.Flags().IntVar(&maxInodes, "max-inodes", fs.DefaultMaxInodes, "inodes the kernel may hold through all views before the least recently used branch views are dropped from its caches; -1: no limit")
 	c.Flags().BoolVar(&durable, "durable", false, "flush each commit's journal record to the disk before the commit moves anything, so that commits stay all-or-nothing across power loss and kernel crashes too (a daemon crash never needs it); costs one disk flush per commit")
 	c.Flags().IntVar(&readyFd, "ready-fd", -1, "descriptor to report readiness on (internal)")
 	c.Flags().MarkHidden("ready-fd")
