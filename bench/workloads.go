@@ -159,19 +159,15 @@ func (b *bench) throughput() {
 	ovl := b.mountOverlay("io-ovl", base)
 	ba, _ := createBranch(auto)
 	bo, _ := createBranch(on)
-	views := []struct{ system, dir string }{
+	views := []view{
 		{sysNative, base}, {sysMain, auto}, {sysBranch, filepath.Join(auto, "@"+ba)},
 		{sysBranchPT, filepath.Join(on, "@"+bo)}, {sysOverlay, ovl},
 	}
 	mb := float64(size) / (1 << 20)
 	for _, cache := range []string{"cold", "warm"} {
-		for _, v := range views {
-			var s []float64
-			for r := 0; r < 3; r++ {
-				s = append(s, mb/readFile(filepath.Join(v.dir, "big"), cache == "cold"))
-			}
+		readRounds(views, func(v view, s []float64) {
 			b.add("read", "unmodified file, "+cache+" cache", v.system, "MB/s", s)
-		}
+		}, mb, cache == "cold")
 	}
 	// Copy the file up (and natively, copy it) before reading the copy.
 	native := b.dir("io-native")
@@ -185,13 +181,9 @@ func (b *bench) throughput() {
 		b.add("copy-up", fmt.Sprintf("copy-up of %.0f MB on first write", mb), v.system, "ms", []float64{usSince(start) / 1e3})
 	}
 	for _, cache := range []string{"cold", "warm"} {
-		for _, v := range append(views[:1:1], views[2:]...) {
-			var s []float64
-			for r := 0; r < 3; r++ {
-				s = append(s, mb/readFile(filepath.Join(v.dir, "big"), cache == "cold"))
-			}
+		readRounds(append(views[:1:1], views[2:]...), func(v view, s []float64) {
 			b.add("read", "copied-up file, "+cache+" cache", v.system, "MB/s", s)
-		}
+		}, mb, cache == "cold")
 	}
 	b.unmount(auto)
 	b.unmount(on)
@@ -216,6 +208,28 @@ func (b *bench) throughput() {
 	b.unmount(wmain)
 	b.unmount(wb)
 	b.unmount(wovl)
+}
+
+type view struct{ system, dir string }
+
+// readRounds reads every view's "big" file in turn, round after round, so
+// that drift of the machine falls on every system alike, and reports each
+// view's throughputs. Warm reads take tens of milliseconds and vary by a
+// third from one to the next here: they get more rounds.
+func readRounds(views []view, report func(v view, mbps []float64), mb float64, cold bool) {
+	samples := make([][]float64, len(views))
+	rounds := 15
+	if cold {
+		rounds = 9
+	}
+	for r := 0; r < rounds; r++ {
+		for i, v := range views {
+			samples[i] = append(samples[i], mb/readFile(filepath.Join(v.dir, "big"), cold))
+		}
+	}
+	for i, v := range views {
+		report(v, samples[i])
+	}
 }
 
 // readFile reads p in 64 KiB blocks and returns the seconds it took.
