@@ -25,6 +25,9 @@ func (v *View) Open(rel string, flags int) (int, *Entry, error) {
 		}
 		e, err = v.copyUp(rel, flags&unix.O_TRUNC == 0)
 	} else {
+		if fd, e := v.openRead(rel, flags); e != nil {
+			return fd, e, nil
+		}
 		e, err = v.Lookup(rel)
 	}
 	if err != nil {
@@ -32,6 +35,42 @@ func (v *View) Open(rel string, flags int) (int, *Entry, error) {
 	}
 	fd, err := v.layers[e.Layer].open(rel, flags&openFlags|unix.O_NOFOLLOW, 0)
 	return fd, e, err
+}
+
+// openRead opens a regular file for reading the short way: straight from
+// the first layer of its directory that has it, with the attributes taken
+// from the open descriptor. Anything else (a tombstone, which fails to
+// open, a symlink, a special file, an error) returns nil for Open's
+// general path to decide.
+func (v *View) openRead(rel string, flags int) (int, *Entry) {
+	dir, _ := path.Split(rel)
+	dl, err := v.dirLayers(trimSlash(dir))
+	if err != nil {
+		return -1, nil
+	}
+	for _, i := range dl {
+		// O_NONBLOCK: a FIFO put there since the lookup must not hang us.
+		fd, err := v.layers[i].open(rel, flags&openFlags|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return -1, nil
+		}
+		e := &Entry{Layer: i}
+		if unix.Fstat(fd, &e.Stat) != nil || e.Stat.Mode&unix.S_IFMT != unix.S_IFREG {
+			unix.Close(fd)
+			return -1, nil
+		}
+		if flags&unix.O_NONBLOCK == 0 {
+			if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags&openFlags&^unix.O_ACCMODE); err != nil {
+				unix.Close(fd)
+				return -1, nil
+			}
+		}
+		return fd, e
+	}
+	return -1, nil
 }
 
 // openFlags are the open(2) flags passed on to the underlying file. The

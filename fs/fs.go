@@ -111,7 +111,7 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 	if opts.Passthrough == PassthroughOff {
 		mo.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
 	}
-	server, err := gofs.Mount(mnt, f.root, &gofs.Options{
+	nodeFS := gofs.NewNodeFS(f.root, &gofs.Options{
 		MountOptions:    mo,
 		EntryTimeout:    &t,
 		AttrTimeout:     &t,
@@ -119,7 +119,12 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		RootStableAttr:  &gofs.StableAttr{Ino: ino, Gen: gen},
 		Logger:          log.New(os.Stderr, "branchfs: ", log.LstdFlags),
 	})
+	server, err := fuse.NewServer(newRawDirs(nodeFS), mnt, &mo)
 	if err != nil {
+		return nil, err
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
 		return nil, err
 	}
 	f.server = server

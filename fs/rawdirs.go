@@ -1,0 +1,103 @@
+package fs
+
+import (
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Opening a directory costs the caller a round trip to the daemon, and
+// tools walk trees opening every directory. rawDirs answers the kernel's
+// first OPENDIR with ENOSYS, after which it sends none: it opens
+// directories by itself, keeps their listings (FOPEN_CACHE_DIR and
+// FOPEN_KEEP_CACHE are the defaults then) and reads them, when its copy is
+// missing, with file handle 0. rawDirs gives those reads a handle of the
+// node file system, one per directory, and drops it at the end of the
+// listing (an empty reply: offsets are positions in it). A stale view still fails: its cached listings are invalidated
+// and the reads that follow answer ESTALE.
+type rawDirs struct {
+	fuse.RawFileSystem
+
+	mu   sync.Mutex
+	open map[uint64]uint64 // directory node -> handle serving handle-0 reads
+}
+
+// maxOpenDirs bounds handles left by listings nobody read to the end.
+const maxOpenDirs = 4096
+
+func newRawDirs(fs fuse.RawFileSystem) *rawDirs {
+	return &rawDirs{RawFileSystem: fs, open: map[uint64]uint64{}}
+}
+
+func (r *rawDirs) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	return fuse.ENOSYS
+}
+
+func (r *rawDirs) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return r.read(cancel, in, out, r.RawFileSystem.ReadDir)
+}
+
+func (r *rawDirs) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return r.read(cancel, in, out, r.RawFileSystem.ReadDirPlus)
+}
+
+type readDirFunc func(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status
+
+func (r *rawDirs) read(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList, read readDirFunc) fuse.Status {
+	if in.Fh != 0 {
+		return read(cancel, in, out)
+	}
+	fh, st := r.handle(cancel, in)
+	if !st.Ok() {
+		return st
+	}
+	withFh := *in
+	withFh.Fh = fh
+	st = read(cancel, &withFh, out)
+	if !st.Ok() || out.Offset == in.Offset { // an error, or the end
+		r.release(in.NodeId, fh)
+	}
+	return st
+}
+
+// handle returns the handle for reads of directory in.NodeId, a new one
+// for a read from the start.
+func (r *rawDirs) handle(cancel <-chan struct{}, in *fuse.ReadIn) (uint64, fuse.Status) {
+	r.mu.Lock()
+	fh, ok := r.open[in.NodeId]
+	if ok && in.Offset == 0 {
+		delete(r.open, in.NodeId)
+	}
+	r.mu.Unlock()
+	if ok && in.Offset != 0 {
+		return fh, fuse.OK // the bridge seeks if another reader moved it
+	}
+	if ok {
+		r.RawFileSystem.ReleaseDir(&fuse.ReleaseIn{InHeader: in.InHeader, Fh: fh})
+	}
+	var oo fuse.OpenOut
+	st := r.RawFileSystem.OpenDir(cancel, &fuse.OpenIn{InHeader: in.InHeader, Flags: syscall.O_RDONLY}, &oo)
+	if !st.Ok() {
+		return 0, st
+	}
+	r.mu.Lock()
+	if len(r.open) >= maxOpenDirs {
+		for node, h := range r.open {
+			r.RawFileSystem.ReleaseDir(&fuse.ReleaseIn{InHeader: fuse.InHeader{NodeId: node}, Fh: h})
+		}
+		clear(r.open)
+	}
+	r.open[in.NodeId] = oo.Fh
+	r.mu.Unlock()
+	return oo.Fh, fuse.OK
+}
+
+func (r *rawDirs) release(node, fh uint64) {
+	r.mu.Lock()
+	if r.open[node] == fh {
+		delete(r.open, node)
+	}
+	r.mu.Unlock()
+	r.RawFileSystem.ReleaseDir(&fuse.ReleaseIn{InHeader: fuse.InHeader{NodeId: node}, Fh: fh})
+}
