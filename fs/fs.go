@@ -103,10 +103,13 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		DirectMount: true,
 		// The kernel checks permissions against the attributes we report,
 		// as it would on the underlying filesystem.
-		Options:      []string{"default_permissions"},
-		MaxWrite:     1 << 20,
-		MaxReadAhead: 1 << 20,
-		Debug:        opts.Debug,
+		Options:  []string{"default_permissions"},
+		MaxWrite: 1 << 20,
+		// Reads answer with bytes already read (pread): one writev to
+		// the device beats a detour through a pipe.
+		DisableSplice: true,
+		MaxReadAhead:  1 << 20,
+		Debug:         opts.Debug,
 	}
 	if opts.Passthrough == PassthroughOff {
 		mo.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
