@@ -32,40 +32,59 @@ func usSince(start time.Time) float64 { return float64(time.Since(start).Nanosec
 
 // createLatency: branch creation through the ioctl and the CLI, against
 // the size of the base, with fuse-overlayfs's mount of a fresh upper layer
-// (its way to start a branch) for reference.
+// (its way to start a branch) for reference. Every base is made, written
+// back and mounted before any is measured, so that no base's setup or
+// removal runs under another's measurement; ioctl creates run back to back,
+// a hundred per base, as a tool creating branches would.
 func (b *bench) createLatency() {
 	sizes := []int{100, 1000, 10000, 100000}
 	if b.quick {
 		sizes = []int{100, 1000}
 	}
-	for _, n := range sizes {
-		base := b.dir(fmt.Sprintf("create-base-%d", n))
-		makeTree(base, n)
-		syncFS() // setup's writeback must not land in the measurements
-		mnt := b.mountBranchfs(fmt.Sprintf("create-%d", n), base, "auto")
-		cas := fmt.Sprintf("create, base of %d files", n)
-		var ioctlUs, cliUs []float64
-		for i := 0; i < 40; i++ {
+	bases := make([]string, len(sizes))
+	mnts := make([]string, len(sizes))
+	for i, n := range sizes {
+		bases[i] = b.dir(fmt.Sprintf("create-base-%d", n))
+		makeTree(bases[i], n)
+	}
+	syncFS() // setup's writeback must not land in the measurements
+	for i, n := range sizes {
+		mnts[i] = b.mountBranchfs(fmt.Sprintf("create-%d", n), bases[i], "auto")
+	}
+	syncFS() // and the mounts' own writes (store logs)
+	ioctlUs := make([][]float64, len(sizes))
+	cliUs := make([][]float64, len(sizes))
+	ovl := make([][]float64, len(sizes))
+	for i, mnt := range mnts {
+		for r := 0; r < 100; r++ {
 			_, d := createBranch(mnt)
-			ioctlUs = append(ioctlUs, float64(d.Nanoseconds())/1e3)
+			ioctlUs[i] = append(ioctlUs[i], float64(d.Nanoseconds())/1e3)
 		}
-		for i := 0; i < 10; i++ {
+	}
+	for r := 0; r < 10; r++ {
+		for i, mnt := range mnts {
 			start := time.Now()
-			must(run(mnt, nil, b.bin, "create", "cli"+strconv.Itoa(i), mnt))
-			cliUs = append(cliUs, usSince(start))
+			must(run(mnt, nil, b.bin, "create", "cli"+strconv.Itoa(r), mnt))
+			cliUs[i] = append(cliUs[i], usSince(start))
 		}
-		b.add("create", cas, "branchfs ioctl", "µs", ioctlUs)
-		b.add("create", cas, "branchfs CLI", "µs", cliUs)
+	}
+	for _, mnt := range mnts {
 		b.unmount(mnt)
-		var ovl []float64
-		for i := 0; i < 5; i++ {
+	}
+	for r := 0; r < 5; r++ {
+		for i, n := range sizes {
 			start := time.Now()
-			m := b.mountOverlay(fmt.Sprintf("create-ovl-%d-%d", n, i), base)
-			ovl = append(ovl, usSince(start))
+			m := b.mountOverlay(fmt.Sprintf("create-ovl-%d-%d", n, r), bases[i])
+			ovl[i] = append(ovl[i], usSince(start))
 			b.unmount(m)
 		}
-		b.add("create", cas, sysOverlay+" mount", "µs", ovl)
-		os.RemoveAll(base)
+	}
+	for i, n := range sizes {
+		cas := fmt.Sprintf("create, base of %d files", n)
+		b.add("create", cas, "branchfs ioctl", "µs", ioctlUs[i])
+		b.add("create", cas, "branchfs CLI", "µs", cliUs[i])
+		b.add("create", cas, sysOverlay+" mount", "µs", ovl[i])
+		os.RemoveAll(bases[i])
 	}
 }
 
