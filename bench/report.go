@@ -72,11 +72,11 @@ func (b *bench) targets() []target {
 		for _, c := range creates {
 			lo, hi = math.Min(lo, c), math.Max(hi, c)
 		}
-		// Flat: the largest base costs what the smallest does. A round
-		// trip here is 25-35 µs or 60-80 µs depending on whether the
-		// daemon's thread is still running when the request comes, a
-		// split that moves a median by up to 40 µs from one mount to the
-		// next; so within 1.5x or within 40 µs.
+		// Flat: the largest base costs what the smallest does. Creates
+		// on this machine fall in two modes, 25-35 µs and 60-80 µs, in
+		// proportions that differ from one mount to the next even over
+		// the same base, which moves a median by up to 40 µs: so within
+		// 1.5x or within 40 µs.
 		first, last := creates[0], creates[len(creates)-1]
 		flat := last <= 1.5*first || last-first <= 40
 		check("create via ioctl ≤ 100 µs, flat from 100 to 100k base files", hi <= 100 && flat,
