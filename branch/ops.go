@@ -93,14 +93,18 @@ func (v *View) prepareNew(rel string) (pfd int, name string, hidden bool, err er
 	}
 	dir, name := path.Split(rel)
 	dir = trimSlash(dir)
-	if err := v.ensureDir(dir); err != nil {
-		return -1, "", false, err
-	}
 	top := v.layers[0]
-	if pfd, err = top.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0); err != nil {
+	if pfd, err = top.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0); isNotExist(err) {
+		if err := v.ensureDir(dir); err != nil {
+			return -1, "", false, err
+		}
+		pfd, err = top.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	}
+	if err != nil {
 		return -1, "", false, err
 	}
-	if st, err := top.lstat(rel); err == nil && top.delta && isWhiteout(&st) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && top.delta && isWhiteout(&st) {
 		if err := unix.Unlinkat(pfd, name, 0); err != nil {
 			unix.Close(pfd)
 			return -1, "", false, err
@@ -148,14 +152,14 @@ func (v *View) Create(rel string, flags int, mode uint32, o Owner) (int, *Entry,
 	if err != nil {
 		return -1, nil, err
 	}
-	if err := own(pfd, name, o, mode); err != nil {
-		unix.Close(fd)
-		unix.Unlinkat(pfd, name, 0)
-		return -1, nil, err
+	e := &Entry{Layer: 0}
+	err = own(pfd, name, o, mode)
+	if err == nil {
+		err = unix.Fstat(fd, &e.Stat)
 	}
-	e, err := v.Lookup(rel)
 	if err != nil {
 		unix.Close(fd)
+		unix.Unlinkat(pfd, name, 0)
 		return -1, nil, err
 	}
 	return fd, e, nil

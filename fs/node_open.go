@@ -104,6 +104,11 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	}
 	defer n.view.Unlock()
 	v := n.view
+	if h, ok := fh.(*fileHandle); ok && h.write {
+		// The handle is the file itself, already in the writable layer:
+		// the common case of tar, cp -p and editors needs no lookups.
+		return setattrFd(v, h.fd, in, out)
+	}
 	before, err := v.Stat(rel)
 	if err != nil {
 		return toErrno(err)
@@ -155,6 +160,50 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		n.replaced()
 	}
 	fillAttr(&out.Attr, &after.Stat)
+	return 0
+}
+
+// setattrFd applies a setattr through a descriptor opened for writing.
+func setattrFd(v *branch.View, fd int, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if err := v.CheckWritable(); err != nil {
+		return toErrno(err)
+	}
+	if size, ok := in.GetSize(); ok {
+		if err := unix.Ftruncate(fd, int64(size)); err != nil {
+			return toErrno(err)
+		}
+	}
+	if mode, ok := in.GetMode(); ok {
+		if err := unix.Fchmod(fd, mode&07777); err != nil {
+			return toErrno(err)
+		}
+	}
+	uid, uok := in.GetUID()
+	gid, gok := in.GetGID()
+	if uok || gok {
+		u, g := -1, -1
+		if uok {
+			u = int(uid)
+		}
+		if gok {
+			g = int(gid)
+		}
+		if err := unix.Fchown(fd, u, g); err != nil {
+			return toErrno(err)
+		}
+	}
+	if in.Valid&(fuse.FATTR_ATIME|fuse.FATTR_MTIME) != 0 {
+		at := timespec(in.Valid, fuse.FATTR_ATIME, fuse.FATTR_ATIME_NOW, in.Atime, in.Atimensec)
+		mt := timespec(in.Valid, fuse.FATTR_MTIME, fuse.FATTR_MTIME_NOW, in.Mtime, in.Mtimensec)
+		if err := unix.UtimesNanoAt(fd, "", []unix.Timespec{at, mt}, unix.AT_EMPTY_PATH); err != nil {
+			return toErrno(err)
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return toErrno(err)
+	}
+	fillAttr(&out.Attr, &st)
 	return 0
 }
 
