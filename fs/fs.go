@@ -150,6 +150,11 @@ type Node struct {
 	openMu     sync.Mutex
 	openDirect int
 	openPass   int
+	// passUsed: a handle of this inode used passthrough, so the kernel
+	// (or go-fuse, until its release completes) may still tie the inode
+	// to the file it then stood for; a copy of that file must be another
+	// inode.
+	passUsed bool
 }
 
 // rel is the node's path within its view; false once the node has been

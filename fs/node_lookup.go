@@ -36,11 +36,12 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 // child returns the inode for name, which resolved to e. A name keeps the
 // inode the kernel has for it when the file behind it was copied up, so
 // that inode numbers, hard links and working directories stay as they were.
-// The one exception is an inode open with passthrough: the kernel reads its
-// backing file (the lower one) directly, so the copy must be another inode.
+// The one exception is an inode that was opened with passthrough: the
+// kernel reads (or read) its backing file, the lower one, directly, so the
+// copy must be another inode.
 func (n *Node) child(ctx context.Context, name string, e *branch.Entry, out *fuse.EntryOut) *gofs.Inode {
 	if c := n.GetChild(name); c != nil && c.StableAttr().Mode == e.Stat.Mode&syscall.S_IFMT {
-		if cn, ok := c.Operations().(*Node); ok && !cn.passthroughOpen() {
+		if cn, ok := c.Operations().(*Node); ok && (cn.identical(e) || !cn.passthroughUsed()) {
 			fillAttr(&out.Attr, &e.Stat)
 			return c
 		}

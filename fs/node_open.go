@@ -20,17 +20,18 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return nil, 0, errno
 	}
 	defer n.view.Unlock()
-	if wantsWrite(flags) && n.passthroughOpen() {
+	if wantsWrite(flags) && n.passthroughUsed() {
 		e, err := n.view.Stat(rel)
 		if err != nil {
 			return nil, 0, toErrno(err)
 		}
 		if e.Layer != 0 && n.identical(e) {
-			// The file is about to be copied up while the kernel reads
-			// this inode's backing file (the lower one) directly: the
-			// copy must be another inode, or the kernel would send our
-			// writes to the lower file. ESTALE makes the kernel look the
-			// name up again and retry the open on the new inode.
+			// The file is about to be copied up, and the kernel reads or
+			// has read this inode's backing file (the lower one)
+			// directly: the copy must be another inode, or the kernel
+			// would send our writes to the lower file, and could never
+			// pass reads of the copy through. ESTALE makes the kernel
+			// look the name up again and retry the open on the new inode.
 			fd, _, err := n.view.Open(rel, int(flags))
 			if err != nil {
 				return nil, 0, toErrno(err)
@@ -65,6 +66,7 @@ func (n *Node) newHandle(fd, flags int, identical bool) (*fileHandle, uint32) {
 	}
 	if h.pass {
 		n.openPass++
+		n.passUsed = true
 		if h.write {
 			n.fsys.passWriters.Add(1)
 		}
@@ -77,11 +79,11 @@ func (n *Node) newHandle(fd, flags int, identical bool) (*fileHandle, uint32) {
 	return h, fuse.FOPEN_KEEP_CACHE
 }
 
-// passthroughOpen reports handles open on n with passthrough.
-func (n *Node) passthroughOpen() bool {
+// passthroughUsed reports that a handle of n used passthrough.
+func (n *Node) passthroughUsed() bool {
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
-	return n.openPass > 0
+	return n.passUsed
 }
 
 func (n *Node) passthroughAllowed(flags int) bool {
