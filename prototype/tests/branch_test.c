@@ -184,6 +184,26 @@ static void set_step(int step)
 	__atomic_store_n(&sh->step, step, __ATOMIC_RELEASE);
 }
 
+/* Kills and reaps children a failed test leaves, so that later tests start clean. */
+static void reap(const pid_t *pids, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++) {
+		kill(pids[i], SIGKILL);
+		waitpid(pids[i], NULL, __WALL);
+	}
+}
+
+/* Waits, at most 20 s, until n children have counted themselves in done. */
+static void wait_done(int n)
+{
+	long deadline = now_ns() + 20 * 1000000000L;
+
+	while (__atomic_load_n(&sh->done, __ATOMIC_ACQUIRE) < n && now_ns() < deadline)
+		usleep(200);
+}
+
 /* Waits for pid with a deadline; kills it when the deadline passes. */
 static int wait_deadline(pid_t pid, int *status, int seconds)
 {
@@ -288,6 +308,7 @@ static void test_commit_race(int rounds)
 			snprintf(buf, sizeof(buf), "%ld", r);
 			if (write_file(MNT "/winner.txt", buf) < 0)
 				_exit(1);
+			__atomic_add_fetch(&sh->done, 1, __ATOMIC_RELEASE);
 			wait_step(1);
 			if (commit() == 0)
 				_exit(0);
@@ -297,18 +318,24 @@ static void test_commit_race(int rounds)
 			fail(test, "BR_CREATE: %s", strerror(errno));
 			return;
 		}
+		/*
+		 * Every child writes before any commits: a write after a
+		 * sibling's commit fails with ESTALE before the kernel's kill
+		 * reaches the writer.
+		 */
+		wait_done(3);
 		set_step(1);
 		for (i = 0; i < 3; i++) {
 			if (wait_deadline(pids[i], &status, 20) < 0) {
 				fail(test, "round %d: child %d hung", round, i + 1);
-				return;
+				return reap(pids + i + 1, 2 - i);
 			}
 			if (exited(status, 0)) {
 				winners++;
 				winner = i + 1;
 			} else if (!exited(status, 3) && !killed(status)) {
 				fail(test, "round %d: child %d ended with status %#x", round, i + 1, status);
-				return;
+				return reap(pids + i + 1, 2 - i);
 			}
 		}
 		for (i = 0; i < 3; i++)
