@@ -109,50 +109,25 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	if h, ok := fh.(*fileHandle); ok && h.write {
 		// The handle is the file itself, already in the writable layer:
 		// the common case of tar, cp -p and editors needs no lookups.
-		return setattrFd(v, h.fd, in, out)
+		if err := v.CheckWritable(); err != nil {
+			return toErrno(err)
+		}
+		if err := applySetattr(in, fdAttrs(h.fd)); err != nil {
+			return toErrno(err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(h.fd, &st); err != nil {
+			return toErrno(err)
+		}
+		fillAttr(&out.Attr, &st)
+		return 0
 	}
 	before, err := v.Stat(rel)
 	if err != nil {
 		return toErrno(err)
 	}
-	if size, ok := in.GetSize(); ok {
-		if h, isHandle := fh.(*fileHandle); isHandle && h.write {
-			if err := v.CheckWritable(); err != nil {
-				return toErrno(err)
-			}
-			err = unix.Ftruncate(h.fd, int64(size))
-		} else {
-			err = v.Truncate(rel, int64(size))
-		}
-		if err != nil {
-			return toErrno(err)
-		}
-	}
-	if mode, ok := in.GetMode(); ok {
-		if err := v.Chmod(rel, mode); err != nil {
-			return toErrno(err)
-		}
-	}
-	uid, uok := in.GetUID()
-	gid, gok := in.GetGID()
-	if uok || gok {
-		u, g := -1, -1
-		if uok {
-			u = int(uid)
-		}
-		if gok {
-			g = int(gid)
-		}
-		if err := v.Chown(rel, u, g); err != nil {
-			return toErrno(err)
-		}
-	}
-	if in.Valid&(fuse.FATTR_ATIME|fuse.FATTR_MTIME) != 0 {
-		at := timespec(in.Valid, fuse.FATTR_ATIME, fuse.FATTR_ATIME_NOW, in.Atime, in.Atimensec)
-		mt := timespec(in.Valid, fuse.FATTR_MTIME, fuse.FATTR_MTIME_NOW, in.Mtime, in.Mtimensec)
-		if err := v.Utimens(rel, at, mt); err != nil {
-			return toErrno(err)
-		}
+	if err := applySetattr(in, pathAttrs{v, rel}); err != nil {
+		return toErrno(err)
 	}
 	after, err := v.Stat(rel)
 	if err != nil {
@@ -165,19 +140,24 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	return 0
 }
 
-// setattrFd applies a setattr through a descriptor opened for writing.
-func setattrFd(v *branch.View, fd int, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if err := v.CheckWritable(); err != nil {
-		return toErrno(err)
-	}
+// attrChanger applies the parts of a setattr, by path or by descriptor.
+type attrChanger interface {
+	truncate(size int64) error
+	chmod(mode uint32) error
+	chown(uid, gid int) error
+	utimens(atime, mtime unix.Timespec) error
+}
+
+// applySetattr applies what in asks for, in the order of the system calls.
+func applySetattr(in *fuse.SetAttrIn, c attrChanger) error {
 	if size, ok := in.GetSize(); ok {
-		if err := unix.Ftruncate(fd, int64(size)); err != nil {
-			return toErrno(err)
+		if err := c.truncate(int64(size)); err != nil {
+			return err
 		}
 	}
 	if mode, ok := in.GetMode(); ok {
-		if err := unix.Fchmod(fd, mode&07777); err != nil {
-			return toErrno(err)
+		if err := c.chmod(mode); err != nil {
+			return err
 		}
 	}
 	uid, uok := in.GetUID()
@@ -190,23 +170,37 @@ func setattrFd(v *branch.View, fd int, in *fuse.SetAttrIn, out *fuse.AttrOut) sy
 		if gok {
 			g = int(gid)
 		}
-		if err := unix.Fchown(fd, u, g); err != nil {
-			return toErrno(err)
+		if err := c.chown(u, g); err != nil {
+			return err
 		}
 	}
 	if in.Valid&(fuse.FATTR_ATIME|fuse.FATTR_MTIME) != 0 {
 		at := timespec(in.Valid, fuse.FATTR_ATIME, fuse.FATTR_ATIME_NOW, in.Atime, in.Atimensec)
 		mt := timespec(in.Valid, fuse.FATTR_MTIME, fuse.FATTR_MTIME_NOW, in.Mtime, in.Mtimensec)
-		if err := unix.UtimesNanoAt(fd, "", []unix.Timespec{at, mt}, unix.AT_EMPTY_PATH); err != nil {
-			return toErrno(err)
-		}
+		return c.utimens(at, mt)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return toErrno(err)
-	}
-	fillAttr(&out.Attr, &st)
-	return 0
+	return nil
+}
+
+// pathAttrs changes a name of a view, copying it up first.
+type pathAttrs struct {
+	v   *branch.View
+	rel string
+}
+
+func (p pathAttrs) truncate(size int64) error        { return p.v.Truncate(p.rel, size) }
+func (p pathAttrs) chmod(mode uint32) error          { return p.v.Chmod(p.rel, mode) }
+func (p pathAttrs) chown(uid, gid int) error         { return p.v.Chown(p.rel, uid, gid) }
+func (p pathAttrs) utimens(a, m unix.Timespec) error { return p.v.Utimens(p.rel, a, m) }
+
+// fdAttrs changes the file open on a descriptor.
+type fdAttrs int
+
+func (fd fdAttrs) truncate(size int64) error { return unix.Ftruncate(int(fd), size) }
+func (fd fdAttrs) chmod(mode uint32) error   { return unix.Fchmod(int(fd), mode&07777) }
+func (fd fdAttrs) chown(uid, gid int) error  { return unix.Fchown(int(fd), uid, gid) }
+func (fd fdAttrs) utimens(a, m unix.Timespec) error {
+	return unix.UtimesNanoAt(int(fd), "", []unix.Timespec{a, m}, unix.AT_EMPTY_PATH)
 }
 
 func timespec(valid, set, now uint32, sec uint64, nsec uint32) unix.Timespec {
