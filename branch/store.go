@@ -177,11 +177,13 @@ func Open(dir, base string) (*Store, error) {
 	return s, nil
 }
 
-func emptyDir(dir string) {
+// emptyDir removes what dir holds and says how many entries it found.
+func emptyDir(dir string) int {
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
 		os.RemoveAll(filepath.Join(dir, e.Name()))
 	}
+	return len(ents)
 }
 
 func (s *Store) lock() error {
@@ -544,12 +546,12 @@ func (s *Store) trash(dir string) error {
 }
 
 // tmpName is a fresh name in STORE/tmp, which Open empties.
-func (s *Store) tmpName() string {
-	return filepath.Join(s.dir, "tmp", strconv.FormatUint(s.trashSeq.Add(1), 36)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
-}
+func (s *Store) tmpName() string { return s.freshName("tmp") }
 
-func (s *Store) trashName() string {
-	return filepath.Join(s.dir, "trash", strconv.FormatUint(s.trashSeq.Add(1), 36)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+func (s *Store) trashName() string { return s.freshName("trash") }
+
+func (s *Store) freshName(sub string) string {
+	return filepath.Join(s.dir, sub, strconv.FormatUint(s.trashSeq.Add(1), 36)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 }
 
 // discard moves rel of layer l (on the store's filesystem) into the trash:
@@ -588,15 +590,9 @@ func (s *Store) emptyTrashLater() {
 	if s.emptying.CompareAndSwap(false, true) {
 		time.AfterFunc(trashDelay, func() {
 			defer s.emptying.Store(false)
-			trash := filepath.Join(s.dir, "trash")
-			for {
-				ents, _ := os.ReadDir(trash)
-				if len(ents) == 0 {
-					return
-				}
-				for _, e := range ents {
-					os.RemoveAll(filepath.Join(trash, e.Name()))
-				}
+			// Again while more arrives, a few times: an entry that cannot
+			// be removed must not keep it spinning.
+			for pass := 0; pass < 3 && emptyDir(filepath.Join(s.dir, "trash")) > 0; pass++ {
 			}
 		})
 	}
