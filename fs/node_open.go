@@ -115,12 +115,7 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		if err := applySetattr(in, fdAttrs(h.fd)); err != nil {
 			return toErrno(err)
 		}
-		var st unix.Stat_t
-		if err := unix.Fstat(h.fd, &st); err != nil {
-			return toErrno(err)
-		}
-		fillAttr(&out.Attr, &st)
-		return 0
+		return h.Getattr(ctx, out)
 	}
 	before, err := v.Stat(rel)
 	if err != nil {
