@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -93,12 +95,15 @@ func (s *Store) Commit(name string) (*CommitResult, error) {
 	target := p.view.layers[0]
 	src := b.view.layers[0]
 	j := &logRecord{Op: logCommit, Name: name, Parent: p.meta.Name, NewEpoch: p.epoch() + 1}
+	srcDirs, targetDirs := newDirCache(src), newDirCache(target)
+	defer srcDirs.close()
+	defer targetDirs.close()
 	if src.present() {
 		// The replay of the journal needs the target's directory too.
 		if err := p.view.makeTop(); err != nil {
 			return nil, &BranchError{"commit", name, err}
 		}
-		if err := planDir(src, target, "", !p.isMain(), j); err != nil {
+		if err := planDir(srcDirs, targetDirs, "", !p.isMain(), j); err != nil {
 			return nil, &BranchError{"commit", name, err}
 		}
 	}
@@ -112,15 +117,17 @@ func (s *Store) Commit(name string) (*CommitResult, error) {
 	for _, o := range j.Ops {
 		res.Paths = append(res.Paths, o.Dst)
 	}
-	for _, c := range p.kids { // committed siblings pile up under main: no sorting
-		if c != b && c.State() == Live {
-			res.Stale = append(res.Stale, s.markStale(c)...)
+	if p.liveChildren.Load() > 1 {
+		for _, c := range p.kids { // committed siblings pile up under main: no sorting
+			if c != b && c.State() == Live {
+				res.Stale = append(res.Stale, s.markStale(c)...)
+			}
 		}
 	}
 	p.meta.Epoch = j.NewEpoch
 	b.meta.Committed = true
 	p.liveChildren.Add(-1)
-	err = s.apply(j, src, target)
+	err = s.apply(j, srcDirs, targetDirs)
 	s.retire(b, Committed)
 	if err != nil {
 		return nil, &BranchError{"commit", name, fmt.Errorf("applying the journal (the next mount finishes it): %w", err)}
@@ -151,12 +158,13 @@ func (s *Store) markStale(c *Branch) []string {
 
 // planDir lists the steps that merge src's directory rel into target's.
 // Tombstones go first so that a name is never briefly doubled.
-func planDir(src, target *layer, rel string, targetIsDelta bool, j *logRecord) error {
+func planDir(srcDirs, targetDirs *dirCache, rel string, targetIsDelta bool, j *logRecord) error {
+	src, target := srcDirs.l, targetDirs.l
 	sfd, err := src.open(rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(sfd)
+	defer srcDirs.keep(rel, sfd)
 	names, err := fdNames(sfd)
 	if err != nil {
 		return err
@@ -170,7 +178,7 @@ func planDir(src, target *layer, rel string, targetIsDelta bool, j *logRecord) e
 	case err != nil:
 		return err
 	default:
-		defer unix.Close(tfd)
+		defer targetDirs.keep(rel, tfd)
 	}
 	var later []op
 	for _, n := range names {
@@ -200,7 +208,7 @@ func planDir(src, target *layer, rel string, targetIsDelta bool, j *logRecord) e
 			opaque := src.isOpaque(p)
 			targetDir := targetHas && tst.Mode&unix.S_IFMT == unix.S_IFDIR && !(targetIsDelta && isWhiteout(&tst))
 			if targetDir && !opaque {
-				if err := planDir(src, target, p, targetIsDelta, j); err != nil {
+				if err := planDir(srcDirs, targetDirs, p, targetIsDelta, j); err != nil {
 					return err
 				}
 				m, err := readDirMeta(src, p, &st)
@@ -244,16 +252,17 @@ func readDirMeta(l *layer, rel string, st *unix.Stat_t) (*dirMeta, error) {
 }
 
 // apply runs a journal's steps; every one may already have happened.
-func (s *Store) apply(j *logRecord, src, target *layer) error {
+func (s *Store) apply(j *logRecord, src, target *dirCache) error {
 	for i, o := range j.Ops {
 		var err error
 		switch o.Kind {
 		case opRemove:
-			err = s.discard(target, o.Dst)
+			target.forget(o.Dst)
+			err = s.discard(target.l, o.Dst)
 		case opReplace:
 			err = s.replace(src, target, o)
 		case opMeta:
-			err = target.setDirMeta(o.Dst, o.Meta)
+			err = target.l.setDirMeta(o.Dst, o.Meta)
 		default:
 			err = fmt.Errorf("unknown journal step %q", o.Kind)
 		}
@@ -266,18 +275,23 @@ func (s *Store) apply(j *logRecord, src, target *layer) error {
 	return nil
 }
 
-func (s *Store) replace(src, target *layer, o op) error {
+func (s *Store) replace(src, target *dirCache, o op) error {
 	spfd, sname, err := src.parent(o.Src)
 	if err != nil && !isNotExist(err) {
 		return err
 	}
 	if err == nil {
-		defer unix.Close(spfd)
 		var st unix.Stat_t
 		if err := unix.Fstatat(spfd, sname, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
 			tpfd, tname, err := target.parent(o.Dst)
 			if err != nil {
 				return err
+			}
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				// A tree moves: nothing open may stay in it. (Only a
+				// directory has anything open below it.)
+				src.forget(o.Src)
+				target.forget(o.Dst)
 			}
 			// What the target held goes to the trash first: renaming over
 			// a file would make ext4 flush the new file's data.
@@ -285,7 +299,6 @@ func (s *Store) replace(src, target *layer, o op) error {
 			if err == nil {
 				err = unix.Renameat(spfd, sname, tpfd, tname)
 			}
-			unix.Close(tpfd)
 			if err != nil {
 				return err
 			}
@@ -294,12 +307,72 @@ func (s *Store) replace(src, target *layer, o op) error {
 		}
 	}
 	if o.Opaque {
-		return target.setOpaque(o.Dst)
+		return target.l.setOpaque(o.Dst)
 	}
 	if o.Scrub {
-		return target.scrub(o.Dst)
+		return target.l.scrub(o.Dst)
 	}
 	return nil
+}
+
+// dirCache keeps the directories one commit works in open from planning to
+// its last step, so that each is opened once. A commit is a few dozen
+// system calls, and right after the machine idled each costs tens of µs.
+type dirCache struct {
+	l   *layer
+	fds map[string]int // by path relative to the layer root
+}
+
+// dirCacheMax bounds the descriptors one commit holds.
+const dirCacheMax = 256
+
+func newDirCache(l *layer) *dirCache { return &dirCache{l: l, fds: map[string]int{}} }
+
+// keep takes fd, a directory open at rel. When full it closes another one:
+// steps come directory by directory, so any will do.
+func (c *dirCache) keep(rel string, fd int) {
+	if old, ok := c.fds[rel]; ok {
+		unix.Close(old)
+	} else if len(c.fds) >= dirCacheMax {
+		for p, fd := range c.fds {
+			unix.Close(fd)
+			delete(c.fds, p)
+			break
+		}
+	}
+	c.fds[rel] = fd
+}
+
+// parent is layer.parent; the cache owns the descriptor.
+func (c *dirCache) parent(rel string) (int, string, error) {
+	dir, name := path.Split(rel)
+	dir = strings.TrimSuffix(dir, "/")
+	if fd, ok := c.fds[dir]; ok {
+		return fd, name, nil
+	}
+	fd, err := c.l.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return -1, name, err
+	}
+	c.keep(dir, fd)
+	return fd, name, nil
+}
+
+// forget closes what is open at or below rel, which is about to move.
+func (c *dirCache) forget(rel string) {
+	for p, fd := range c.fds {
+		if p == rel || strings.HasPrefix(p, rel+"/") {
+			unix.Close(fd)
+			delete(c.fds, p)
+		}
+	}
+}
+
+func (c *dirCache) close() {
+	for p, fd := range c.fds {
+		unix.Close(fd)
+		delete(c.fds, p)
+	}
 }
 
 // removeAll deletes rel and everything below it, beneath the layer root.
@@ -420,9 +493,9 @@ func (l *layer) setDirMeta(rel string, m *dirMeta) error {
 	return unix.UtimesNanoAt(pfd, name, ts, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// finish drops what is left of the branch (its stale children, and
-// directories that were merged into existing ones) and records that the
-// commit is done. Each step may be repeated.
+// finish drops the branch's stale children, records that the commit is
+// done, and leaves what is left of the delta (directories that were merged
+// into existing ones) for the trash. Each step may be repeated.
 func (s *Store) finish(j *logRecord) error {
 	if b := s.branches[j.Name]; b != nil {
 		for _, c := range s.children(b) {
@@ -431,11 +504,12 @@ func (s *Store) finish(j *logRecord) error {
 			}
 		}
 	}
-	if err := s.trash(s.deltaDir(j.Name)); err != nil {
+	s.failpoint("commit-epoch")
+	if err := s.log.append(&logRecord{Op: logDone, Name: j.Name}, false); err != nil {
 		return err
 	}
-	s.failpoint("commit-epoch")
-	return s.log.append(&logRecord{Op: logDone, Name: j.Name}, false)
+	s.trashDeltaLater(j.Name)
+	return nil
 }
 
 // replayCommit finishes a commit that a crash interrupted, from its record
@@ -466,7 +540,10 @@ func (s *Store) replayCommit(j *logRecord) error {
 		return err
 	}
 	defer target.close()
-	if err := s.apply(j, src, target); err != nil {
+	srcDirs, targetDirs := newDirCache(src), newDirCache(target)
+	defer srcDirs.close()
+	defer targetDirs.close()
+	if err := s.apply(j, srcDirs, targetDirs); err != nil {
 		return err
 	}
 	return s.trash(s.deltaDir(j.Name))

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -104,6 +105,9 @@ type Store struct {
 	trashSeq atomic.Uint64
 	emptying atomic.Bool
 	autoName int
+	// leftovers names finished branches whose deltas still wait for the
+	// trash (see trashDeltaLater); changed under mu.
+	leftovers []string
 
 	// Failpoint, when set, kills the process at the named step of a commit
 	// (see commit.go); tests use it to crash the daemon mid-commit.
@@ -408,6 +412,9 @@ func (s *Store) devIndex(dev uint64) uint64 {
 
 // Close releases the store lock and layer descriptors.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	s.trashLeftovers()
+	s.mu.Unlock()
 	for _, b := range s.branches {
 		if b.view != nil {
 			b.view.layers[0].close()
@@ -499,6 +506,9 @@ func (s *Store) Create(name, parent string) (*View, error) {
 			return nil, err
 		}
 	}
+	if slices.Contains(s.leftovers, name) {
+		s.trashLeftovers() // a finished branch's delta, in the new one's place
+	}
 	// The delta directory is made at the first write (View.CheckWritable).
 	m := &b.meta
 	rec := logRecord{Op: logCreate, Name: name, Parent: m.Parent, ParentEpoch: m.ParentEpoch, Created: m.Created}
@@ -537,12 +547,31 @@ func (s *Store) freeName() string {
 
 // trash moves a directory out of the way atomically; it is removed later.
 func (s *Store) trash(dir string) error {
-	err := os.Rename(dir, s.trashName())
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	err := unix.Rename(dir, s.trashName())
+	if err != nil && !errors.Is(err, unix.ENOENT) {
 		return err
 	}
 	s.emptyTrashLater()
 	return nil
+}
+
+// trashDeltaLater moves the delta of a branch whose commit or abort is
+// already in the journal to the trash after the reply, with the emptying
+// of the trash. Until then it is only in the way of a new branch of the
+// same name (Create moves it first), and after a crash load trashes a
+// delta that outlived its branch. The caller holds s.mu.
+func (s *Store) trashDeltaLater(name string) {
+	s.leftovers = append(s.leftovers, name)
+	s.emptyTrashLater()
+}
+
+// trashLeftovers moves every delta trashDeltaLater was given to the trash.
+// One that cannot move stays where it is, for load. The caller holds s.mu.
+func (s *Store) trashLeftovers() {
+	for _, name := range s.leftovers {
+		s.trash(s.deltaDir(name))
+	}
+	s.leftovers = nil
 }
 
 // tmpName is a fresh name in STORE/tmp, which Open empties.
@@ -588,13 +617,27 @@ const trashDelay = 20 * time.Millisecond
 // emptyTrashLater starts one background removal of the trash's contents.
 func (s *Store) emptyTrashLater() {
 	if s.emptying.CompareAndSwap(false, true) {
-		time.AfterFunc(trashDelay, func() {
-			defer s.emptying.Store(false)
-			// Again while more arrives, a few times: an entry that cannot
-			// be removed must not keep it spinning.
-			for pass := 0; pass < 3 && emptyDir(filepath.Join(s.dir, "trash")) > 0; pass++ {
-			}
-		})
+		time.AfterFunc(trashDelay, s.emptyTrash)
+	}
+}
+
+func (s *Store) emptyTrash() {
+	// Again while more arrives, a few times: an entry that cannot be
+	// removed must not keep it spinning.
+	for pass := 0; pass < 3; pass++ {
+		s.mu.Lock()
+		s.trashLeftovers()
+		s.mu.Unlock()
+		if emptyDir(filepath.Join(s.dir, "trash")) == 0 {
+			break
+		}
+	}
+	s.emptying.Store(false)
+	s.mu.Lock()
+	more := len(s.leftovers) > 0
+	s.mu.Unlock()
+	if more {
+		s.emptyTrashLater()
 	}
 }
 
@@ -637,9 +680,7 @@ func (s *Store) drop(b *Branch) error {
 	if err := s.log.append(&logRecord{Op: logAbort, Name: b.meta.Name}, false); err != nil {
 		return err
 	}
-	if err := s.trash(s.deltaDir(b.meta.Name)); err != nil {
-		return err
-	}
+	s.trashDeltaLater(b.meta.Name)
 	if b.State() == Live {
 		b.parent.liveChildren.Add(-1)
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -183,4 +184,71 @@ func TestDeltaMadeAtFirstWrite(t *testing.T) {
 	if err := s.Abort(a.Name(), false); err != nil {
 		t.Errorf("abort of an unwritten branch: %v", err)
 	}
+}
+
+// The delta of a finished branch goes to the trash after the commit or
+// abort returns; a new branch of the same name must not meet it.
+func TestFinishedDeltaLeavesLater(t *testing.T) {
+	s, _ := newStore(t)
+	for _, finish := range []string{"abort", "commit"} {
+		v, err := s.Create("x", MainName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(t, v, "f", "from the first x")
+		write(t, v, "d/new", "new")
+		if finish == "abort" {
+			err = s.Abort("x", false)
+		} else {
+			_, err = s.Commit("x")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "base"
+		if finish == "commit" {
+			want = "from the first x"
+		}
+		v, err = s.Create("x", MainName)
+		if err != nil {
+			t.Fatalf("after %s: %v", finish, err)
+		}
+		write(t, v, "g", "second x")
+		if got := readView(t, v, "f"); got != want {
+			t.Errorf("after %s: the new x reads f = %q, want %q", finish, got, want)
+		}
+		if finish == "abort" {
+			if _, err := v.Lookup("d/new"); !errors.Is(err, unix.ENOENT) {
+				t.Errorf("the aborted branch's d/new shows in the new x: %v", err)
+			}
+		}
+		if err := s.Abort("x", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Everything finished leaves the store soon after.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		deltas, _ := os.ReadDir(filepath.Join(s.Dir(), "deltas"))
+		trash, _ := os.ReadDir(filepath.Join(s.Dir(), "trash"))
+		if len(deltas)+len(trash) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left in the store: %d deltas, %d trash entries", len(deltas), len(trash))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func readView(t *testing.T, v *View, rel string) string {
+	t.Helper()
+	fd, _, err := v.Open(rel, unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 256)
+	n, _ := unix.Read(fd, buf)
+	return string(buf[:max(n, 0)])
 }
