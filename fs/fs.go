@@ -280,8 +280,9 @@ func (f *FS) afterCommit(branchName string, res *branch.CommitResult) {
 		parentRoot = f.viewRoot(res.Parent)
 	}
 	if parentRoot != nil {
+		listed := map[*gofs.Inode]bool{}
 		for _, p := range res.Paths {
-			notifyPath(&parentRoot.Inode, p)
+			notifyPath(&parentRoot.Inode, p, listed)
 		}
 	}
 	// What only concerns views that are gone or stale can follow the reply:
@@ -317,14 +318,19 @@ func (f *FS) viewRoot(name string) *Node {
 }
 
 // notifyPath drops the kernel's entry for the top-most known component of
-// p that changed, and the cached attributes of p itself.
-func notifyPath(root *gofs.Inode, p string) {
+// p that changed, and the cached attributes of p itself. listed holds the
+// directories whose attributes were dropped already: a commit of many
+// files in one directory needs that once.
+func notifyPath(root *gofs.Inode, p string, listed map[*gofs.Inode]bool) {
 	cur := root
 	parts := strings.Split(p, "/")
 	for i, name := range parts {
 		child := cur.GetChild(name)
 		if i == len(parts)-1 || child == nil {
-			cur.NotifyContent(0, 0) // the listing the kernel keeps
+			if !listed[cur] {
+				listed[cur] = true
+				cur.NotifyContent(0, 0) // its attributes, and any listing kept
+			}
 			cur.NotifyEntry(name)
 			if child != nil {
 				// A name keeps its inode when the file behind it changes
