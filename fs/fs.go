@@ -109,7 +109,11 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		// the device beats a detour through a pipe.
 		DisableSplice: true,
 		MaxReadAhead:  1 << 20,
-		Debug:         opts.Debug,
+		// O_TRUNC comes with the open instead of as a setattr after it,
+		// so that rewriting a base file in a branch copies none of its
+		// old bytes up first.
+		ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
+		Debug:             opts.Debug,
 	}
 	if opts.Passthrough == PassthroughOff {
 		mo.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
