@@ -115,7 +115,9 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		if err := applySetattr(in, fdAttrs(h.fd)); err != nil {
 			return toErrno(err)
 		}
-		return h.Getattr(ctx, out)
+		errno := h.Getattr(ctx, out)
+		n.setAttrTimeout(out)
+		return errno
 	}
 	before, err := v.Stat(rel)
 	if err != nil {
@@ -132,7 +134,15 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		n.replaced()
 	}
 	fillAttr(&out.Attr, &after.Stat)
+	n.setAttrTimeout(out)
 	return 0
+}
+
+// setAttrTimeout lets the kernel keep a setattr's answer as long as a
+// getattr's (go-fuse sets that timeout for getattr only): without it, tar
+// and cp -p cost a getattr after every chmod, chown and utimes.
+func (n *Node) setAttrTimeout(out *fuse.AttrOut) {
+	out.SetTimeout(n.fsys.opts.Timeout)
 }
 
 // attrChanger applies the parts of a setattr, by path or by descriptor.
