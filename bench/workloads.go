@@ -102,7 +102,7 @@ func (b *bench) commitAbort() {
 		reps  int
 	}
 	deltas := []delta{{"1 KB", 1, 1 << 10, 15}, {"100 KB", 1, 100 << 10, 15}, {"1 MB", 1, 1 << 20, 15},
-		{"100 MB", 1, 100 << 20, 3}, {"1000 files of 1 KB", 1000, 1 << 10, 5}}
+		{"100 MB", 1, 100 << 20, 7}, {"1000 files of 1 KB", 1000, 1 << 10, 5}}
 	if b.quick {
 		deltas[3] = delta{"10 MB", 1, 10 << 20, 3}
 	}
@@ -121,7 +121,7 @@ func (b *bench) commitAbort() {
 				if action == "abort" {
 					do = kernel.Abort
 				}
-				settle(filepath.Join(b.work, "commit-store"))
+				settle(filepath.Join(b.work, "commit-store"), name)
 				start := time.Now()
 				must(do(ctl))
 				us = append(us, usSince(start))
@@ -131,7 +131,7 @@ func (b *bench) commitAbort() {
 					for i := 0; i < d.files; i++ {
 						makeFile(filepath.Join(scratch, fmt.Sprintf("n-%d", i)), d.size)
 					}
-					settle("")
+					settle("", "")
 					start = time.Now()
 					for i := 0; i < d.files; i++ {
 						must(os.Rename(filepath.Join(scratch, fmt.Sprintf("n-%d", i)), filepath.Join(base, fmt.Sprintf("native-%d", i))))
@@ -151,10 +151,14 @@ func (b *bench) commitAbort() {
 
 // settle writes back the data the workload wrote (a commit moves files; it
 // does not flush them) and waits for the store's background removal of
-// earlier commits' leftovers, so that a timed step pays for neither.
-func settle(store string) {
+// earlier commits' and aborts' leftovers (the deltas of finished branches,
+// then the trash), so that a timed step pays for neither. live is the one
+// branch whose delta stays.
+func settle(store, live string) {
 	for i := 0; store != "" && i < 500; i++ {
-		if ents, _ := os.ReadDir(filepath.Join(store, "trash")); len(ents) == 0 {
+		trash, _ := os.ReadDir(filepath.Join(store, "trash"))
+		deltas, _ := os.ReadDir(filepath.Join(store, "deltas"))
+		if len(trash) == 0 && (len(deltas) == 0 || len(deltas) == 1 && deltas[0].Name() == live) {
 			break
 		}
 		time.Sleep(2 * time.Millisecond)
