@@ -237,17 +237,20 @@ type view struct{ system, dir string }
 
 // readRounds reads every view's "big" file in turn, round after round, so
 // that drift of the machine falls on every system alike, and reports each
-// view's throughputs. Warm reads take tens of milliseconds and vary by a
-// third from one to the next here: they get more rounds.
+// view's throughputs. Each round starts one system further on, so that no
+// system always follows the same one. Warm reads take tens of
+// milliseconds and vary by a fifth from one to the next here, against a
+// passthrough cost of a few percent: they get the most rounds.
 func readRounds(views []view, report func(v view, mbps []float64), mb float64, cold bool) {
 	samples := make([][]float64, len(views))
-	rounds := 15
+	rounds := 31
 	if cold {
-		rounds = 9
+		rounds = 15
 	}
 	for r := 0; r < rounds; r++ {
-		for i, v := range views {
-			samples[i] = append(samples[i], mb/readFile(filepath.Join(v.dir, "big"), cold))
+		for k := range views {
+			i := (r + k) % len(views)
+			samples[i] = append(samples[i], mb/readFile(filepath.Join(views[i].dir, "big"), cold))
 		}
 	}
 	for i, v := range views {
