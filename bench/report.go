@@ -208,8 +208,10 @@ func num(v float64) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
+// fsType names the filesystem as the mount table does: statfs cannot tell
+// ext4 from ext2 and ext3, which share one magic number.
 func fsType(dir string) string {
-	out, err := exec.Command("stat", "-f", "-c", "%T", dir).Output()
+	out, err := exec.Command("findmnt", "-n", "-o", "FSTYPE", "-T", dir).Output()
 	if err != nil {
 		return "unknown"
 	}

@@ -340,7 +340,9 @@ func (b *bench) metadata() {
 	walk := make([][]float64, len(views))
 	status := make([][]float64, len(views))
 	for r := 0; r < rounds; r++ {
-		for i, v := range views {
+		for k := range views {
+			i := (r + k) % len(views) // no system always follows the same one
+			v := views[i]
 			start := time.Now()
 			must(filepath.WalkDir(filepath.Join(v.dir, "tree"), func(p string, d fs.DirEntry, err error) error {
 				if err == nil {
@@ -352,7 +354,9 @@ func (b *bench) metadata() {
 				walk[i] = append(walk[i], usSince(start)/1e3)
 			}
 		}
-		for i, v := range views {
+		for k := range views {
+			i := (r + k) % len(views)
+			v := views[i]
 			start := time.Now()
 			must(run(filepath.Join(v.dir, "repo"), gitEnv, "git", "status", "--porcelain"))
 			if r > 0 {

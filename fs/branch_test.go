@@ -584,3 +584,38 @@ func TestIdleViewsTrimmed(t *testing.T) {
 		t.Errorf("commit from a trimmed view: base has %q", got)
 	}
 }
+
+// Files below --passthrough-min-size are read through the mount's page
+// cache. A passthrough read makes the kernel drop the file's atime, so the
+// stat after it costs a GETATTR; the file above the size shows that this
+// test sees that cost.
+func TestSmallFilesSkipPassthrough(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.Chmod(dir, 0o755))
+	m := &mount{t: t, base: filepath.Join(dir, "base"), store: filepath.Join(dir, "store"),
+		mnt: filepath.Join(dir, "mnt"), args: []string{"--passthrough-min-size", "8", "--debug"}}
+	must(t, os.MkdirAll(m.mnt, 0o755))
+	sampleTree(t, m.base) // file: 10 bytes, dir/a: 2
+	m.start()
+	t.Cleanup(m.cleanup)
+	log := filepath.Join(m.store, "daemon.log")
+	getattrsAfterRead := func(name string) int {
+		p := filepath.Join(m.mnt, name)
+		readFile(t, p)
+		_, err := os.Stat(p)
+		must(t, err)
+		must(t, os.Truncate(log, 0))
+		readFile(t, p)
+		_, err = os.Stat(p)
+		must(t, err)
+		data, err := os.ReadFile(log)
+		must(t, err)
+		return bytes.Count(data, []byte("GETATTR"))
+	}
+	if n := getattrsAfterRead("file"); n == 0 {
+		t.Errorf("file passed through: no GETATTR after a read and a stat")
+	}
+	if n := getattrsAfterRead(filepath.Join("dir", "a")); n != 0 {
+		t.Errorf("small file: %d GETATTRs after a read and a stat, want 0", n)
+	}
+}

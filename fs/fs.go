@@ -41,13 +41,21 @@ const (
 	PassthroughOff Passthrough = "off"
 )
 
+// DefaultPassthroughMinSize is the CLI's default Options.PassthroughMinSize.
+// Below it, reads from the mount's page cache cost no more than
+// passthrough, and they keep the file's cached attributes valid.
+const DefaultPassthroughMinSize = 1 << 20
+
 // DefaultTimeout is the kernel's cache lifetime for names and attributes.
 const DefaultTimeout = time.Hour
 
 // Options configure a mount.
 type Options struct {
 	Passthrough Passthrough
-	Debug       bool
+	// PassthroughMinSize: smaller files are read through the mount's
+	// page cache even where passthrough is on; 0 passes every file.
+	PassthroughMinSize int64
+	Debug              bool
 	// Timeout is how long the kernel caches names and attributes. Every
 	// change made through branchfs (writes, copy-ups, commits, staleness)
 	// is pushed to the kernel as it happens, so this only bounds how long

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -97,7 +98,13 @@ func (m *mount) start() {
 	if m.passthrough == "" {
 		m.passthrough = "auto"
 	}
-	args := append([]string{"mount", "--base", m.base, "--store", m.store, "--passthrough", m.passthrough}, m.args...)
+	// The sample files are tiny: pass them through, so that the tests
+	// reach the passthrough paths, unless a test sets its own size.
+	args := []string{"mount", "--base", m.base, "--store", m.store, "--passthrough", m.passthrough}
+	if !slices.ContainsFunc(m.args, func(a string) bool { return strings.HasPrefix(a, "--passthrough-min-size") }) {
+		args = append(args, "--passthrough-min-size", "0")
+	}
+	args = append(args, m.args...)
 	cmd := exec.Command(binary, append(args, m.mnt)...)
 	cmd.Env = append(os.Environ(), m.env...)
 	if out, err := cmd.CombinedOutput(); err != nil {

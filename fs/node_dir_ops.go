@@ -139,6 +139,6 @@ func (n *Node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	}
 	in := n.newChild(ctx, e, out)
 	child := in.Operations().(*Node)
-	h, fuseFlags := child.newHandle(fd, int(flags), true)
+	h, fuseFlags := child.newHandle(fd, int(flags), true, 0)
 	return in, h, fuseFlags, 0
 }

@@ -45,14 +45,14 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if err != nil {
 		return nil, 0, toErrno(err)
 	}
-	h, fuseFlags := n.newHandle(fd, int(flags), n.identical(e))
+	h, fuseFlags := n.newHandle(fd, int(flags), n.identical(e), e.Stat.Size)
 	return h, fuseFlags, 0
 }
 
 // newHandle wraps fd and decides passthrough. An inode's opens must all use
 // passthrough or none of them, and passthrough is only ever offered for the
 // file the inode stands for, never for a copy made since.
-func (n *Node) newHandle(fd, flags int, identical bool) (*fileHandle, uint32) {
+func (n *Node) newHandle(fd, flags int, identical bool, size int64) (*fileHandle, uint32) {
 	h := &fileHandle{node: n, view: n.view, fd: fd, write: wantsWrite(uint32(flags))}
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
@@ -62,7 +62,7 @@ func (n *Node) newHandle(fd, flags int, identical bool) (*fileHandle, uint32) {
 		h.pass = true
 	case n.openDirect > 0:
 	default:
-		h.pass = n.passthroughAllowed(flags)
+		h.pass = n.passthroughAllowed(flags, size)
 	}
 	if h.pass {
 		n.openPass++
@@ -86,8 +86,14 @@ func (n *Node) passthroughUsed() bool {
 	return n.passUsed
 }
 
-func (n *Node) passthroughAllowed(flags int) bool {
-	if wantsWrite(uint32(flags)) {
+// passthroughAllowed: read-only opens of files of at least
+// PassthroughMinSize bytes, in the views the mode names. Small files are
+// better served from the mount's own page cache: each passthrough read
+// makes the kernel drop the file's atime, so that the next stat of the
+// file costs a GETATTR round trip (git status in the main view sent one
+// per file it had read the time before).
+func (n *Node) passthroughAllowed(flags int, size int64) bool {
+	if wantsWrite(uint32(flags)) || size < n.fsys.opts.PassthroughMinSize {
 		return false
 	}
 	switch n.fsys.opts.Passthrough {

@@ -25,6 +25,7 @@ func mountCmd() *cobra.Command {
 	var base, store, passthrough string
 	var foreground, debug, durable bool
 	var readyFd, maxBranches, maxInodes int
+	var passthroughMinSize int64
 	var cacheTimeout time.Duration
 	c := &cobra.Command{
 		Use:   "mount --base DIR [--store DIR] [--foreground] [--passthrough auto|on|off] MNT",
@@ -37,6 +38,9 @@ func mountCmd() *cobra.Command {
 			}
 			if base == "" {
 				return errors.New("mount: --base is required")
+			}
+			if passthroughMinSize < 0 {
+				return fmt.Errorf("mount: --passthrough-min-size must be 0 or more, not %d", passthroughMinSize)
 			}
 			switch fs.Passthrough(passthrough) {
 			case fs.PassthroughAuto, fs.PassthroughOn, fs.PassthroughOff:
@@ -58,13 +62,14 @@ func mountCmd() *cobra.Command {
 			if !foreground {
 				return startDaemon(mnt, store)
 			}
-			return serve(mnt, base, store, fs.Options{Passthrough: fs.Passthrough(passthrough), Debug: debug, Timeout: cacheTimeout, MaxInodes: maxInodes}, readyFd, maxBranches, durable)
+			return serve(mnt, base, store, fs.Options{Passthrough: fs.Passthrough(passthrough), PassthroughMinSize: passthroughMinSize, Debug: debug, Timeout: cacheTimeout, MaxInodes: maxInodes}, readyFd, maxBranches, durable)
 		},
 	}
 	c.Flags().StringVar(&base, "base", "", "directory to show at the mount point")
 	c.Flags().StringVar(&store, "store", "", "where branches are kept (default: one directory per mount point under /var/lib/branchfs or $XDG_STATE_HOME/branchfs)")
 	c.Flags().BoolVar(&foreground, "foreground", false, "serve in this process instead of starting a daemon")
 	c.Flags().StringVar(&passthrough, "passthrough", "auto", "kernel passthrough for reads: auto (main view), on (also read-only opens in branches), off")
+	c.Flags().Int64Var(&passthroughMinSize, "passthrough-min-size", fs.DefaultPassthroughMinSize, "files smaller than this many bytes are read through the mount's page cache instead of passthrough, which saves the round trip a stat costs after each passthrough read; 0: pass every file through")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	c.Flags().IntVar(&maxBranches, "max-branches", 0, "refuse to create more than this many unfinished (live or stale) branches; 0: no limit")
 	c.Flags().DurationVar(&cacheTimeout, "cache-timeout", fs.DefaultTimeout, "how long the kernel caches names and attributes; changes made through branchfs reach it at once, this bounds how long changes made to the base directly stay unseen")
