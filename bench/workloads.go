@@ -243,9 +243,9 @@ type view struct{ system, dir string }
 // passthrough cost of a few percent: they get the most rounds.
 func readRounds(views []view, report func(v view, mbps []float64), mb float64, cold bool) {
 	samples := make([][]float64, len(views))
-	rounds := 31
+	rounds := 61
 	if cold {
-		rounds = 15
+		rounds = 21
 	}
 	for r := 0; r < rounds; r++ {
 		for k := range views {
@@ -335,8 +335,9 @@ func (b *bench) metadata() {
 		{sysBranch, filepath.Join(mnt, "@"+name)}, {sysOverlay, ovl}}
 	// Systems take turns within each round, so that the machine's drift
 	// (other tenants, writeback) falls on all of them alike. Round 0 fills
-	// the caches and is not counted.
-	const rounds = 12
+	// the caches and is not counted. A round takes about a third of a
+	// second; git status varies by a tenth from one run to the next here.
+	const rounds = 25
 	walk := make([][]float64, len(views))
 	status := make([][]float64, len(views))
 	for r := 0; r < rounds; r++ {
@@ -413,25 +414,34 @@ func (b *bench) lookupDepth() {
 	makeTree(base, 2000)
 	syncFS()
 	mnt := b.mountBranchfs("depth", base, "auto")
+	depths := []int{1, 2, 4, 8, 16}
+	views := make([]string, len(depths))
 	parent := mnt
-	depth := 0
-	for _, want := range []int{1, 2, 4, 8, 16} {
-		for depth < want {
+	for i, depth := 0, 0; i < len(depths); i++ {
+		for depth < depths[i] {
 			name, _ := createBranch(parent)
 			parent = filepath.Join(mnt, "@"+name)
 			depth++
 		}
-		var s []float64
-		for r := 0; r < 3; r++ {
+		views[i] = parent
+	}
+	// Depths take turns, each round starting one further on, as systems
+	// do elsewhere: the machine's drift falls on all of them alike.
+	samples := make([][]float64, len(depths))
+	for r := 0; r < 7; r++ {
+		for k := range depths {
+			i := (r + k) % len(depths)
 			dropCaches()
 			start := time.Now()
-			for i := 0; i < 2000; i++ {
-				_, err := os.Lstat(filepath.Join(parent, fmt.Sprintf("d%03d/f%03d.txt", i/100, i%100)))
+			for f := 0; f < 2000; f++ {
+				_, err := os.Lstat(filepath.Join(views[i], fmt.Sprintf("d%03d/f%03d.txt", f/100, f%100)))
 				must(err)
 			}
-			s = append(s, usSince(start)/2000)
+			samples[i] = append(samples[i], usSince(start)/2000)
 		}
-		b.add("depth", fmt.Sprintf("first stat of a file, depth %d", want), sysBranch, "µs", s)
+	}
+	for i, depth := range depths {
+		b.add("depth", fmt.Sprintf("first stat of a file, depth %d", depth), sysBranch, "µs", samples[i])
 	}
 	b.unmount(mnt)
 }
