@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -617,5 +618,28 @@ func TestSmallFilesSkipPassthrough(t *testing.T) {
 	}
 	if n := getattrsAfterRead(filepath.Join("dir", "a")); n != 0 {
 		t.Errorf("small file: %d GETATTRs after a read and a stat, want 0", n)
+	}
+}
+
+// A write through passthrough reaches the backing file without the
+// daemon; an unprivileged writer must still drop setuid and setgid, as on
+// the filesystem below.
+func TestPassthroughWriteDropsSetuid(t *testing.T) {
+	m := newMount(t, "auto")
+	native := t.TempDir()
+	must(t, os.Chmod(native, 0o755))
+	// Made in the base, so that no handle of the mount's is still
+	// releasing (asynchronously) when the reader opens it.
+	for _, dir := range []string{native, m.base} {
+		writeFile(t, filepath.Join(dir, "suid"), "data\n")
+		must(t, unix.Chmod(filepath.Join(dir, "suid"), 0o6777)) // os.Chmod drops 06000
+	}
+	held, err := os.Open(filepath.Join(m.mnt, "suid")) // passthrough in main
+	must(t, err)
+	defer held.Close()
+	script := []step{as(65534, 65534, "write", "suid"), root("stat", "suid", "mode")}
+	want, got := runScript(t, native, script), runScript(t, m.mnt, script)
+	if !slices.Equal(want, got) {
+		t.Errorf("unprivileged write beside a passthrough reader: native %q, main view %q", want, got)
 	}
 }

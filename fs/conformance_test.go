@@ -88,6 +88,20 @@ var conformanceScripts = map[string][]step{
 		root("mkdir", "g", "02775"), root("chown", "g", "0", "65530"), root("create", "g/x", "0644"), root("stat", "g/x", "gid"),
 		root("mkdir", "g/sub", "0755"), root("stat", "g/sub", "gid,mode"),
 	},
+	// An unprivileged write, truncate or O_TRUNC open drops setuid, and
+	// setgid when group execute is set; any write drops file capabilities.
+	"killpriv": {
+		root("create", "f", "0666"), root("chmod", "f", "06777"), as(65534, 65534, "write", "f"), root("stat", "f", "mode"),
+		root("write", "f"), root("chmod", "f", "06777"), root("write", "f"), root("stat", "f", "mode"),
+		as(65534, 65534, "truncate", "f", "0"), root("stat", "f", "mode"),
+		root("chmod", "f", "06777"), as(65534, 65534, "open", "f", "wt"), root("stat", "f", "mode"),
+		root("chmod", "f", "06767"), as(65534, 65534, "write", "f"), root("stat", "f", "mode"),
+		root("chmod", "f", "06777"), as(65534, 65534, "write", "f"), as(65534, 65534, "write", "f"), root("stat", "f", "mode"),
+		root("setcap", "f"), root("hascap", "f"), as(65534, 65534, "write", "f"), root("hascap", "f"),
+		root("setcap", "f"), root("write", "f"), root("hascap", "f"),
+		root("setcap", "f"), as(65534, 65534, "truncate", "f", "1"), root("hascap", "f"),
+		root("setcap", "f"), root("chmod", "f", "06777"), root("chown", "f", "65534", "65534"), root("hascap", "f"), root("stat", "f", "mode"),
+	},
 	"truncate": {
 		root("create", "f", "0644"), root("truncate", "f", "12345"), root("stat", "f", "size"),
 		root("mark", "f"), root("truncate", "f", "10"), root("changed", "f"),
@@ -200,6 +214,18 @@ func fsop(dir, op string, a []string) string {
 		if fd, err = unix.Open(p(0), flags, 0); err == nil {
 			unix.Close(fd)
 		}
+	case "write":
+		var fd int
+		if fd, err = unix.Open(p(0), unix.O_WRONLY|unix.O_APPEND, 0); err == nil {
+			_, err = unix.Write(fd, []byte("x"))
+			unix.Close(fd)
+		}
+	case "setcap":
+		// A version 2 capability set: CAP_NET_BIND_SERVICE permitted.
+		capSet := []byte{0, 0, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+		err = unix.Setxattr(p(0), "security.capability", capSet, 0)
+	case "hascap":
+		_, err = unix.Getxattr(p(0), "security.capability", make([]byte, 64))
 	case "mkdir":
 		err = unix.Mkdir(p(0), uint32(num(1)))
 	case "mkfifo":

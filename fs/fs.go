@@ -119,8 +119,9 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		MaxReadAhead:  1 << 20,
 		// O_TRUNC comes with the open instead of as a setattr after it,
 		// so that rewriting a base file in a branch copies none of its
-		// old bytes up first.
-		ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
+		// old bytes up first. Setuid and setgid are dropped here
+		// (killpriv.go), which spares a GETXATTR before every write.
+		ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
 		Debug:             opts.Debug,
 	}
 	if opts.Passthrough == PassthroughOff {
@@ -134,7 +135,7 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		RootStableAttr:  &gofs.StableAttr{Ino: ino, Gen: gen},
 		Logger:          log.New(os.Stderr, "branchfs: ", log.LstdFlags),
 	})
-	server, err := fuse.NewServer(newRawDirs(nodeFS), mnt, &mo)
+	server, err := fuse.NewServer(&killPriv{newRawDirs(nodeFS)}, mnt, &mo)
 	if err != nil {
 		return nil, err
 	}
