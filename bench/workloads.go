@@ -243,9 +243,9 @@ type view struct{ system, dir string }
 // passthrough cost of a few percent: they get the most rounds.
 func readRounds(views []view, report func(v view, mbps []float64), mb float64, cold bool) {
 	samples := make([][]float64, len(views))
-	rounds := 61
+	rounds := 101
 	if cold {
-		rounds = 21
+		rounds = 31
 	}
 	for r := 0; r < rounds; r++ {
 		for k := range views {
