@@ -218,7 +218,7 @@ func (b *bench) throughput() {
 	wb := b.mountBranchfs("io-wbranch", b.dir("io-wbase2"), "auto")
 	wname, _ := createBranch(wb)
 	wovl := b.mountOverlay("io-wovl", b.dir("io-wbase3"))
-	for _, v := range []struct{ system, dir string }{{sysNative, b.dir("io-wnative")}, {sysMain, wmain},
+	for _, v := range []view{{sysNative, b.dir("io-wnative")}, {sysMain, wmain},
 		{sysBranch, filepath.Join(wb, "@"+wname)}, {sysOverlay, wovl}} {
 		var s []float64
 		for r := 0; r < 3; r++ {
@@ -235,10 +235,20 @@ func (b *bench) throughput() {
 
 type view struct{ system, dir string }
 
-// readRounds reads every view's "big" file in turn, round after round, so
-// that drift of the machine falls on every system alike, and reports each
-// view's throughputs. Each round starts one system further on, so that no
-// system always follows the same one. Warm reads take tens of
+// turns is the order in which n systems (or depths) are measured in round
+// r. They take turns round after round, so that the machine's drift (other
+// tenants, writeback) falls on all of them alike, and each round starts one
+// further on, so that none always follows the same one.
+func turns(r, n int) []int {
+	order := make([]int, n)
+	for k := range order {
+		order[k] = (r + k) % n
+	}
+	return order
+}
+
+// readRounds reads every view's "big" file in turns (see turns) and
+// reports each view's throughputs. Warm reads take tens of
 // milliseconds and vary by a fifth from one to the next here, against a
 // passthrough cost of a few percent: they get the most rounds.
 func readRounds(views []view, report func(v view, mbps []float64), mb float64, cold bool) {
@@ -248,8 +258,7 @@ func readRounds(views []view, report func(v view, mbps []float64), mb float64, c
 		rounds = 31
 	}
 	for r := 0; r < rounds; r++ {
-		for k := range views {
-			i := (r + k) % len(views)
+		for _, i := range turns(r, len(views)) {
 			samples[i] = append(samples[i], mb/readFile(filepath.Join(views[i].dir, "big"), cold))
 		}
 	}
@@ -331,18 +340,16 @@ func (b *bench) metadata() {
 	mnt := b.mountBranchfs("meta", base, "auto")
 	ovl := b.mountOverlay("meta-ovl", base)
 	name, _ := createBranch(mnt)
-	views := []struct{ system, dir string }{{sysNative, base}, {sysMain, mnt},
+	views := []view{{sysNative, base}, {sysMain, mnt},
 		{sysBranch, filepath.Join(mnt, "@"+name)}, {sysOverlay, ovl}}
-	// Systems take turns within each round, so that the machine's drift
-	// (other tenants, writeback) falls on all of them alike. Round 0 fills
-	// the caches and is not counted. A round takes about a third of a
+	// Systems take turns (see turns). Round 0 fills the caches and is not
+	// counted. A round takes about a third of a
 	// second; git status varies by a tenth from one run to the next here.
 	const rounds = 25
 	walk := make([][]float64, len(views))
 	status := make([][]float64, len(views))
 	for r := 0; r < rounds; r++ {
-		for k := range views {
-			i := (r + k) % len(views) // no system always follows the same one
+		for _, i := range turns(r, len(views)) {
 			v := views[i]
 			start := time.Now()
 			must(filepath.WalkDir(filepath.Join(v.dir, "tree"), func(p string, d fs.DirEntry, err error) error {
@@ -355,8 +362,7 @@ func (b *bench) metadata() {
 				walk[i] = append(walk[i], usSince(start)/1e3)
 			}
 		}
-		for k := range views {
-			i := (r + k) % len(views)
+		for _, i := range turns(r, len(views)) {
 			v := views[i]
 			start := time.Now()
 			must(run(filepath.Join(v.dir, "repo"), gitEnv, "git", "status", "--porcelain"))
@@ -405,8 +411,7 @@ func (b *bench) build() {
 	}
 	samples := make([][]float64, len(views))
 	for r := 0; r < 3; r++ {
-		for k := range views {
-			i := (r + k) % len(views)
+		for _, i := range turns(r, len(views)) {
 			root, cache := filepath.Join(views[i].dir, "go"), filepath.Join(views[i].dir, "cache")
 			must(os.RemoveAll(cache))
 			syncFS()
@@ -441,12 +446,10 @@ func (b *bench) lookupDepth() {
 		}
 		views[i] = parent
 	}
-	// Depths take turns, each round starting one further on, as systems
-	// do elsewhere: the machine's drift falls on all of them alike.
+	// Depths take turns (see turns), as systems do elsewhere.
 	samples := make([][]float64, len(depths))
 	for r := 0; r < 7; r++ {
-		for k := range depths {
-			i := (r + k) % len(depths)
+		for _, i := range turns(r, len(depths)) {
 			dropCaches()
 			start := time.Now()
 			for f := 0; f < 2000; f++ {
