@@ -343,8 +343,8 @@ func (b *bench) metadata() {
 	views := []view{{sysNative, base}, {sysMain, mnt},
 		{sysBranch, filepath.Join(mnt, "@"+name)}, {sysOverlay, ovl}}
 	// Systems take turns (see turns). Round 0 fills the caches and is not
-	// counted. A round takes about a third of a
-	// second; git status varies by a tenth from one run to the next here.
+	// counted. A round takes about a third of a second; git status varies
+	// by a tenth from one run to the next here.
 	const rounds = 25
 	walk := make([][]float64, len(views))
 	status := make([][]float64, len(views))
