@@ -604,6 +604,14 @@ func (v *View) GetXattr(rel, name string, buf []byte) (int, error) {
 	return n, err
 }
 
+// FdGetXattr is GetXattr for a file open on fd.
+func FdGetXattr(fd int, name string, buf []byte) (int, error) {
+	if IsInternalXattr(name) {
+		return 0, unix.ENODATA
+	}
+	return unix.Fgetxattr(fd, name, buf)
+}
+
 // ListXattr lists extended attribute names, without internal ones.
 func (v *View) ListXattr(rel string) ([]string, error) {
 	var names []string

@@ -168,6 +168,14 @@ type Node struct {
 	// to the file it then stood for; a copy of that file must be another
 	// inode.
 	passUsed bool
+	// writer: one of this inode's open handles for writing. Setattr and
+	// getxattr requests carry no handle (fchown, fchmod and futimens
+	// reach the daemon as path operations), and tar sends five of them per
+	// file: by descriptor they cost one system call each instead of a
+	// walk through the view's layers. It also keeps them on the open
+	// file when its name has since been replaced, as on a local file
+	// system. Release clears it under openMu before closing it.
+	writer *fileHandle
 }
 
 // rel is the node's path within its view; false once the node has been

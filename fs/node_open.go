@@ -56,6 +56,9 @@ func (n *Node) newHandle(fd, flags int, identical bool, size int64) (*fileHandle
 	h := &fileHandle{node: n, view: n.view, fd: fd, write: wantsWrite(uint32(flags))}
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
+	if h.write && n.writer == nil {
+		n.writer = h
+	}
 	switch {
 	case !identical:
 	case n.openPass > 0:
@@ -106,25 +109,25 @@ func (n *Node) passthroughAllowed(flags int, size int64) bool {
 }
 
 func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	rel, errno := n.begin()
-	if errno != 0 {
-		return errno
+	// An open file needs no path: its name may be another file's by now.
+	if err := n.view.Lock(); err != nil {
+		return toErrno(err)
 	}
 	defer n.view.Unlock()
-	v := n.view
 	if h, ok := fh.(*fileHandle); ok && h.write {
-		// The handle is the file itself, already in the writable layer:
-		// the common case of tar, cp -p and editors needs no lookups.
-		if err := v.CheckWritable(); err != nil {
-			return toErrno(err)
-		}
-		if err := applySetattr(in, fdAttrs(h.fd)); err != nil {
-			return toErrno(err)
-		}
-		errno := h.Getattr(ctx, out)
-		n.setAttrTimeout(out)
-		return errno
+		return n.setattrFd(ctx, h, in, out)
 	}
+	n.openMu.Lock()
+	if h := n.writer; h != nil {
+		defer n.openMu.Unlock()
+		return n.setattrFd(ctx, h, in, out)
+	}
+	n.openMu.Unlock()
+	rel, ok := n.rel()
+	if !ok {
+		return syscall.ESTALE
+	}
+	v := n.view
 	before, err := v.Stat(rel)
 	if err != nil {
 		return toErrno(err)
@@ -142,6 +145,21 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	fillAttr(&out.Attr, &after.Stat)
 	n.setAttrTimeout(out)
 	return 0
+}
+
+// setattrFd applies a setattr through h, a handle for writing, which is the
+// file itself, already in the writable layer: the common case of tar, cp -p
+// and editors needs no lookups.
+func (n *Node) setattrFd(ctx context.Context, h *fileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if err := n.view.CheckWritable(); err != nil {
+		return toErrno(err)
+	}
+	if err := applySetattr(in, fdAttrs(h.fd)); err != nil {
+		return toErrno(err)
+	}
+	errno := h.Getattr(ctx, out)
+	n.setAttrTimeout(out)
+	return errno
 }
 
 // setAttrTimeout lets the kernel keep a setattr's answer as long as a
@@ -225,17 +243,31 @@ func timespec(valid, set, now uint32, sec uint64, nsec uint32) unix.Timespec {
 }
 
 func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	rel, errno := n.begin()
-	if errno != 0 {
-		return 0, errno
+	if err := n.view.Lock(); err != nil {
+		return 0, toErrno(err)
 	}
 	defer n.view.Unlock()
 	if len(dest) == 0 {
 		dest = nil
 	}
-	sz, err := n.view.GetXattr(rel, attr, dest)
+	var get func(buf []byte) (int, error)
+	n.openMu.Lock()
+	if h := n.writer; h != nil {
+		// The kernel asks for security.capability before every write and
+		// chown that follows a change of attributes (killpriv.go).
+		defer n.openMu.Unlock()
+		get = func(buf []byte) (int, error) { return branch.FdGetXattr(h.fd, attr, buf) }
+	} else {
+		n.openMu.Unlock()
+		rel, ok := n.rel()
+		if !ok {
+			return 0, syscall.ESTALE
+		}
+		get = func(buf []byte) (int, error) { return n.view.GetXattr(rel, attr, buf) }
+	}
+	sz, err := get(dest)
 	if err == unix.ERANGE {
-		sz, err = n.view.GetXattr(rel, attr, nil)
+		sz, err = get(nil)
 		if err == nil {
 			return uint32(sz), syscall.ERANGE
 		}
@@ -375,6 +407,9 @@ func (h *fileHandle) Lseek(ctx context.Context, off uint64, whence uint32) (uint
 func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	n := h.node
 	n.openMu.Lock()
+	if n.writer == h {
+		n.writer = nil
+	}
 	if h.pass {
 		n.openPass--
 		if h.write {
