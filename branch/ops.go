@@ -10,9 +10,6 @@ import (
 // Owner is who a new file belongs to: the calling process.
 type Owner struct{ Uid, Gid uint32 }
 
-// Stat resolves rel and returns its entry.
-func (v *View) Stat(rel string) (*Entry, error) { return v.Lookup(rel) }
-
 // Open opens rel with open(2) flags. Opening for writing copies the file
 // up first (without its data under O_TRUNC). The entry returned describes
 // the file that was opened.
@@ -86,7 +83,7 @@ func (v *View) prepareNew(rel string) (pfd int, name string, hidden bool, err er
 	if err := v.CheckWritable(); err != nil {
 		return -1, "", false, err
 	}
-	if _, err := v.Lookup(rel); err == nil {
+	if _, err := v.Stat(rel); err == nil {
 		return -1, "", false, unix.EEXIST
 	} else if !errors.Is(err, unix.ENOENT) {
 		return -1, "", false, err
@@ -185,7 +182,7 @@ func (v *View) Mkdir(rel string, mode uint32, o Owner) (*Entry, error) {
 	if err := own(pfd, name, o, mode); err != nil {
 		return nil, err
 	}
-	return v.Lookup(rel)
+	return v.Stat(rel)
 }
 
 // Mknod makes a fifo, socket or device node.
@@ -204,7 +201,7 @@ func (v *View) Mknod(rel string, mode, dev uint32, o Owner) (*Entry, error) {
 	if err := own(pfd, name, o, mode); err != nil {
 		return nil, err
 	}
-	return v.Lookup(rel)
+	return v.Stat(rel)
 }
 
 // Symlink makes a symbolic link at rel pointing to target.
@@ -220,7 +217,7 @@ func (v *View) Symlink(target, rel string, o Owner) (*Entry, error) {
 	if err := own(pfd, name, o, 0); err != nil {
 		return nil, err
 	}
-	return v.Lookup(rel)
+	return v.Stat(rel)
 }
 
 // Link makes newRel another name of oldRel, copying oldRel up first.
@@ -244,7 +241,7 @@ func (v *View) Link(oldRel, newRel string) (*Entry, error) {
 	if err := unix.Linkat(opfd, oname, pfd, name, 0); err != nil {
 		return nil, err
 	}
-	return v.Lookup(newRel)
+	return v.Stat(newRel)
 }
 
 // whiteout records in the top layer that rel is deleted.
@@ -570,7 +567,7 @@ func (v *View) Utimens(rel string, atime, mtime unix.Timespec) error {
 
 // Readlink returns the target of symlink rel.
 func (v *View) Readlink(rel string) (string, error) {
-	e, err := v.Lookup(rel)
+	e, err := v.Stat(rel)
 	if err != nil {
 		return "", err
 	}
@@ -579,7 +576,7 @@ func (v *View) Readlink(rel string) (string, error) {
 
 // withPath calls fn with a /proc path for rel in the layer that shows it.
 func (v *View) withPath(rel string, fn func(p string) error) error {
-	e, err := v.Lookup(rel)
+	e, err := v.Stat(rel)
 	if err != nil {
 		return err
 	}

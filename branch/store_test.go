@@ -252,3 +252,50 @@ func readView(t *testing.T, v *View, rel string) string {
 	n, _ := unix.Read(fd, buf)
 	return string(buf[:max(n, 0)])
 }
+
+// Stat stops at the layer that supplies an entry; it must agree with
+// Lookup, which goes on to the layers a directory merges.
+func TestStatAgreesWithLookup(t *testing.T) {
+	s, base := newStore(t)
+	os.MkdirAll(filepath.Join(base, "e", "sub"), 0o755)
+	a, _ := s.Create("a", MainName)
+	if err := a.Chmod("d", 0o700); err != nil { // a copy of d over base's d
+		t.Fatal(err)
+	}
+	if err := a.Unlink("f"); err != nil { // a tombstone
+		t.Fatal(err)
+	}
+	if err := a.Rmdir("e/sub"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Rmdir("e"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Mkdir("e", 0o750, Owner{}); err != nil { // opaque over base's e
+		t.Fatal(err)
+	}
+	if _, err := a.Mkdir("n", 0o755, Owner{}); err != nil { // only in the delta
+		t.Fatal(err)
+	}
+	b, _ := s.Create("b", "a")
+	for _, v := range []*View{a, b} {
+		for _, rel := range []string{"", "d", "d/x", "e", "e/sub", "f", "n"} {
+			want, werr := v.Lookup(rel)
+			got, gerr := v.Stat(rel)
+			if !errors.Is(gerr, unix.ENOENT) != !errors.Is(werr, unix.ENOENT) || (gerr == nil) != (werr == nil) {
+				t.Errorf("%s %q: Stat error %v, Lookup error %v", v.Name(), rel, gerr, werr)
+				continue
+			}
+			if werr == nil && (got.Layer != want.Layer || got.Stat.Ino != want.Stat.Ino || got.Stat.Mode != want.Stat.Mode) {
+				t.Errorf("%s %q: Stat layer %d mode %o, Lookup layer %d mode %o",
+					v.Name(), rel, got.Layer, got.Stat.Mode, want.Layer, want.Stat.Mode)
+			}
+		}
+	}
+	if e, err := b.Stat("d"); err != nil || e.Stat.Mode&0o777 != 0o700 {
+		t.Errorf("b sees d as %v, %v; want a's copy, mode 700", e, err)
+	}
+	if _, err := b.Stat("e/sub"); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("e/sub under an opaque e: %v, want ENOENT", err)
+	}
+}

@@ -126,8 +126,17 @@ func (v *View) Identity(e *Entry) (ino, gen uint64) {
 	return e.Stat.Ino, v.id<<8 | v.store.devs[v.layers[e.Layer].dev]
 }
 
-// Lookup resolves rel.
-func (v *View) Lookup(rel string) (*Entry, error) {
+// Lookup resolves rel; for a directory, it also finds every layer the
+// directory merges.
+func (v *View) Lookup(rel string) (*Entry, error) { return v.resolve(rel, true) }
+
+// Stat resolves rel like Lookup but stops at the layer that supplies the
+// entry. A directory's attributes are its top copy's; finding the copies
+// below costs a lookup and an xattr read per layer, and getattr and the
+// kernel's lookups do not need them (the Entry has no merged layers).
+func (v *View) Stat(rel string) (*Entry, error) { return v.resolve(rel, false) }
+
+func (v *View) resolve(rel string, merge bool) (*Entry, error) {
 	if rel == "" {
 		top := v.rootLayer()
 		st, err := v.layers[top].lstat("")
@@ -145,7 +154,7 @@ func (v *View) Lookup(rel string) (*Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v.lookupIn(dl, rel, name)
+	return v.lookupIn(dl, rel, name, merge)
 }
 
 func trimSlash(s string) string {
@@ -156,8 +165,9 @@ func trimSlash(s string) string {
 }
 
 // lookupIn walks the layers of rel's parent, top first, stopping at the
-// first tombstone, non-directory or opaque directory.
-func (v *View) lookupIn(parentLayers []int, rel, name string) (*Entry, error) {
+// first tombstone, non-directory or opaque directory; without merge, at the
+// first entry.
+func (v *View) lookupIn(parentLayers []int, rel, name string, merge bool) (*Entry, error) {
 	if name == "." || name == ".." || name == "" {
 		return nil, unix.EINVAL
 	}
@@ -177,7 +187,7 @@ func (v *View) lookupIn(parentLayers []int, rel, name string) (*Entry, error) {
 		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
 		if e == nil {
 			e = &Entry{Layer: i, Stat: st}
-			if !isDir {
+			if !isDir || !merge {
 				return e, nil
 			}
 		} else if !isDir {
@@ -215,7 +225,7 @@ func (v *View) dirLayers(rel string) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err := v.lookupIn(pl, rel, name)
+	e, err := v.lookupIn(pl, rel, name, true)
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +257,7 @@ func (v *View) lowerHas(rel string) bool {
 			lower = append(lower, i)
 		}
 	}
-	_, err = v.lookupIn(lower, rel, name)
+	_, err = v.lookupIn(lower, rel, name, false)
 	return err == nil
 }
 

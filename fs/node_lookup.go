@@ -26,7 +26,7 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 		return nil, errno
 	}
 	defer n.view.Unlock()
-	e, err := n.view.Lookup(n.childRel(rel, name))
+	e, err := n.view.Stat(n.childRel(rel, name))
 	if err != nil {
 		return nil, toErrno(err)
 	}
