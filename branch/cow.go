@@ -294,12 +294,18 @@ func copyXattrs(src, dst int, name string) {
 }
 
 func listXattrs(p string) ([]string, error) {
-	sz, err := unix.Listxattr(p, nil)
+	return xattrNames(func(buf []byte) (int, error) { return unix.Listxattr(p, buf) })
+}
+
+// xattrNames returns the names list reports, a listxattr(2) of a path or of
+// a descriptor.
+func xattrNames(list func(buf []byte) (int, error)) ([]string, error) {
+	sz, err := list(nil)
 	if err != nil || sz == 0 {
 		return nil, err
 	}
 	buf := make([]byte, sz)
-	sz, err = unix.Listxattr(p, buf)
+	sz, err = list(buf)
 	if err != nil {
 		return nil, err
 	}

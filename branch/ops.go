@@ -614,14 +614,26 @@ func (v *View) ListXattr(rel string) ([]string, error) {
 	var names []string
 	err := v.withPath(rel, func(p string) error {
 		all, err := listXattrs(p)
-		for _, n := range all {
-			if !IsInternalXattr(n) {
-				names = append(names, n)
-			}
-		}
+		names = withoutInternal(all)
 		return err
 	})
 	return names, err
+}
+
+// FdListXattr is ListXattr for a file open on fd.
+func FdListXattr(fd int) ([]string, error) {
+	all, err := xattrNames(func(buf []byte) (int, error) { return unix.Flistxattr(fd, buf) })
+	return withoutInternal(all), err
+}
+
+func withoutInternal(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if !IsInternalXattr(n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // SetXattr sets an extended attribute, copying rel up first.

@@ -643,3 +643,82 @@ func TestPassthroughWriteDropsSetuid(t *testing.T) {
 		t.Errorf("unprivileged write beside a passthrough reader: native %q, main view %q", want, got)
 	}
 }
+
+// Once a child's commit has replaced a file, the handles opened on it before
+// are no longer that name's file: changes by name reach the committed file.
+func TestAttrsByNameAfterChildCommit(t *testing.T) {
+	m := newMount(t, "")
+	for _, parent := range []string{"main", "p"} {
+		root := m.mnt
+		if parent != "main" {
+			root = m.create(parent)
+			writeFile(t, filepath.Join(root, "file"), "in p\n") // into p's own layer
+		}
+		p := filepath.Join(root, "file")
+		// The writer first: a reader that came first could use
+		// passthrough, and the writer with it, which main refuses to
+		// branch under.
+		w, err := os.OpenFile(p, os.O_WRONLY, 0)
+		must(t, err)
+		r, err := os.Open(p)
+		must(t, err)
+		c := m.create("c-"+parent, parent)
+		writeFile(t, filepath.Join(c, "file"), "from the child\n")
+		m.ok("commit", c)
+		must(t, os.Chmod(p, 0o600))
+		must(t, unix.Setxattr(p, "user.k", []byte("v"), 0))
+		var st unix.Stat_t
+		must(t, unix.Stat(p, &st))
+		if st.Mode&0o777 != 0o600 {
+			t.Errorf("%s: chmod by name after the commit left mode %o", parent, st.Mode&0o777)
+		}
+		if _, err := unix.Getxattr(p, "user.k", nil); err != nil {
+			t.Errorf("%s: getxattr by name after the commit: %v", parent, err)
+		}
+		wantContent(t, p, "from the child\n")
+		r.Close()
+		w.Close()
+	}
+}
+
+// A reader opened before a copy-up keeps the file it opened, the base's;
+// the name, and stat by name, show the copy.
+func TestStatWhileOpenForReading(t *testing.T) {
+	m := newMount(t, "")
+	views := []string{m.mnt} // main before it has branches: not frozen
+	check := func(view string) {
+		p := filepath.Join(view, "file")
+		before, err := os.Stat(p)
+		must(t, err)
+		r, err := os.Open(p)
+		must(t, err)
+		defer r.Close()
+		appendLine := func() {
+			w, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+			must(t, err)
+			_, err = w.WriteString("more\n")
+			must(t, err)
+			must(t, w.Close())
+		}
+		appendLine() // copies the file up in a branch
+		fi, err := os.Stat(p)
+		must(t, err)
+		if fi.Size() != before.Size()+5 {
+			t.Errorf("%s: stat by name after a write: size %d, want %d", view, fi.Size(), before.Size()+5)
+		}
+		must(t, os.Chmod(p, 0o600))
+		appendLine()
+		fi, err = os.Stat(p)
+		must(t, err)
+		if fi.Size() != before.Size()+10 || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: stat by name after chmod and a write: size %d, mode %v; want size %d, mode 0600",
+				view, fi.Size(), fi.Mode(), before.Size()+10)
+		}
+	}
+	check(views[0])
+	b1 := m.create("b1")
+	b2 := m.create("b2", "b1")
+	check(b2)
+	m.ok("abort", b2)
+	check(b1)
+}

@@ -168,14 +168,17 @@ type Node struct {
 	// to the file it then stood for; a copy of that file must be another
 	// inode.
 	passUsed bool
-	// writer: one of this inode's open handles for writing. Setattr and
-	// getxattr requests carry no handle (fchown, fchmod and futimens
-	// reach the daemon as path operations), and tar sends five of them per
-	// file: by descriptor they cost one system call each instead of a
-	// walk through the view's layers. It also keeps them on the open
-	// file when its name has since been replaced, as on a local file
-	// system. Release clears it under openMu before closing it.
-	writer *fileHandle
+	// tops: the open handles whose descriptor is this inode's file in the
+	// view's top layer (every handle for writing, and those for reading
+	// a file already there), the ones for writing first. Setattr and
+	// xattr requests carry no handle (fchown, fchmod, futimens and
+	// fgetxattr reach the daemon as path operations), and tar sends five
+	// of them per file: by descriptor they cost one system call each
+	// instead of a walk through the view's layers. It also keeps them on
+	// the open file once its name has been given to another, as on a
+	// local file system. Release removes its handle under openMu before
+	// closing it.
+	tops []*fileHandle
 }
 
 // rel is the node's path within its view; false once the node has been
@@ -367,6 +370,9 @@ func notifyPath(root *gofs.Inode, p string, listed map[*gofs.Inode]bool) {
 // notifyTree drops cached data and attributes of every known inode below
 // root, so that the next access asks the daemon (and gets ESTALE).
 func notifyTree(root *gofs.Inode) {
+	if n, ok := root.Operations().(*Node); ok {
+		n.forgetTops()
+	}
 	root.NotifyContent(0, 0)
 	for name, c := range root.Children() {
 		notifyTree(c)

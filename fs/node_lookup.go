@@ -87,11 +87,21 @@ func (n *Node) OnForget() {
 	}
 }
 
+// Getattr answers for the file n's name stands for now: the kernel keeps
+// one set of attributes per inode. When the request names no handle, as
+// from stat and fstat alike, go-fuse passes any open handle of the inode,
+// and one opened before a copy-up or before a child's commit replaced the
+// file is another file. Only an inode whose name is gone answers from its
+// handle.
 func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if h, ok := fh.(*fileHandle); ok {
+	if h := n.topHandle(false); h != nil {
+		defer n.openMu.Unlock()
 		return h.Getattr(ctx, out)
 	}
 	rel, errno := n.begin()
+	if h, ok := fh.(*fileHandle); ok && errno == syscall.ESTALE {
+		return h.Getattr(ctx, out)
+	}
 	if errno != 0 {
 		return errno
 	}

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"slices"
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
@@ -45,19 +46,23 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if err != nil {
 		return nil, 0, toErrno(err)
 	}
-	h, fuseFlags := n.newHandle(fd, int(flags), n.identical(e), e.Stat.Size)
+	h, fuseFlags := n.newHandle(fd, int(flags), n.identical(e), e.Stat.Size, e.Layer == 0)
 	return h, fuseFlags, 0
 }
 
-// newHandle wraps fd and decides passthrough. An inode's opens must all use
-// passthrough or none of them, and passthrough is only ever offered for the
-// file the inode stands for, never for a copy made since.
-func (n *Node) newHandle(fd, flags int, identical bool, size int64) (*fileHandle, uint32) {
+// newHandle wraps fd, the file in the view's top layer if top, and decides
+// passthrough. An inode's opens must all use passthrough or none of them,
+// and passthrough is only ever offered for the file the inode stands for,
+// never for a copy made since.
+func (n *Node) newHandle(fd, flags int, identical bool, size int64, top bool) (*fileHandle, uint32) {
 	h := &fileHandle{node: n, view: n.view, fd: fd, write: wantsWrite(uint32(flags))}
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
-	if h.write && n.writer == nil {
-		n.writer = h
+	switch {
+	case h.write:
+		n.tops = append([]*fileHandle{h}, n.tops...)
+	case top:
+		n.tops = append(n.tops, h)
 	}
 	switch {
 	case !identical:
@@ -108,6 +113,27 @@ func (n *Node) passthroughAllowed(flags int, size int64) bool {
 	return false
 }
 
+// topHandle returns one of n's open handles on its file in the view's top
+// layer (one open for writing if write is set), with openMu held so that
+// Release cannot close the descriptor before the caller unlocks; or nil,
+// with openMu released.
+func (n *Node) topHandle(write bool) *fileHandle {
+	n.openMu.Lock()
+	if len(n.tops) > 0 && (n.tops[0].write || !write) {
+		return n.tops[0]
+	}
+	n.openMu.Unlock()
+	return nil
+}
+
+// forgetTops stops n's open handles from answering for n's name: a commit
+// has put another file there. They stay open on the file they had.
+func (n *Node) forgetTops() {
+	n.openMu.Lock()
+	n.tops = nil
+	n.openMu.Unlock()
+}
+
 func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	// An open file needs no path: its name may be another file's by now.
 	if err := n.view.Lock(); err != nil {
@@ -117,12 +143,11 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	if h, ok := fh.(*fileHandle); ok && h.write {
 		return n.setattrFd(ctx, h, in, out)
 	}
-	n.openMu.Lock()
-	if h := n.writer; h != nil {
+	_, resize := in.GetSize() // ftruncate needs a descriptor open for writing
+	if h := n.topHandle(resize); h != nil {
 		defer n.openMu.Unlock()
 		return n.setattrFd(ctx, h, in, out)
 	}
-	n.openMu.Unlock()
 	rel, ok := n.rel()
 	if !ok {
 		return syscall.ESTALE
@@ -147,9 +172,9 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	return 0
 }
 
-// setattrFd applies a setattr through h, a handle for writing, which is the
-// file itself, already in the writable layer: the common case of tar, cp -p
-// and editors needs no lookups.
+// setattrFd applies a setattr through h, a handle on the file itself in the
+// view's top layer: the common case of tar, cp -p and editors needs no
+// lookups.
 func (n *Node) setattrFd(ctx context.Context, h *fileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if err := n.view.CheckWritable(); err != nil {
 		return toErrno(err)
@@ -251,14 +276,12 @@ func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 		dest = nil
 	}
 	var get func(buf []byte) (int, error)
-	n.openMu.Lock()
-	if h := n.writer; h != nil {
+	if h := n.topHandle(false); h != nil {
 		// The kernel asks for security.capability before every write and
 		// chown that follows a change of attributes (killpriv.go).
 		defer n.openMu.Unlock()
 		get = func(buf []byte) (int, error) { return branch.FdGetXattr(h.fd, attr, buf) }
 	} else {
-		n.openMu.Unlock()
 		rel, ok := n.rel()
 		if !ok {
 			return 0, syscall.ESTALE
@@ -276,12 +299,20 @@ func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 }
 
 func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	rel, errno := n.begin()
-	if errno != 0 {
-		return 0, errno
+	if err := n.view.Lock(); err != nil {
+		return 0, toErrno(err)
 	}
 	defer n.view.Unlock()
-	names, err := n.view.ListXattr(rel)
+	var names []string
+	var err error
+	if h := n.topHandle(false); h != nil {
+		names, err = branch.FdListXattr(h.fd)
+		n.openMu.Unlock()
+	} else if rel, ok := n.rel(); ok {
+		names, err = n.view.ListXattr(rel)
+	} else {
+		return 0, syscall.ESTALE
+	}
 	if err != nil {
 		return 0, toErrno(err)
 	}
@@ -407,9 +438,7 @@ func (h *fileHandle) Lseek(ctx context.Context, off uint64, whence uint32) (uint
 func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	n := h.node
 	n.openMu.Lock()
-	if n.writer == h {
-		n.writer = nil
-	}
+	n.tops = slices.DeleteFunc(n.tops, func(t *fileHandle) bool { return t == h })
 	if h.pass {
 		n.openPass--
 		if h.write {

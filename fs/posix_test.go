@@ -252,39 +252,8 @@ var posixChecks = map[string]func(t *testing.T, d string){
 			t.Errorf("read of unlinked file = %q", buf[:n])
 		}
 	},
-	"AttrsOfOpenFile": func(t *testing.T, d string) {
-		// fchmod, fchown, futimes and fgetxattr act on the open file,
-		// also once its name has been given to another file.
-		p, q := filepath.Join(d, "f"), filepath.Join(d, "g")
-		writeFile(t, p, "old")
-		must(t, unix.Setxattr(p, "user.k", []byte("v"), 0))
-		f, err := os.OpenFile(p, os.O_WRONLY, 0)
-		must(t, err)
-		defer f.Close()
-		writeFile(t, q, "new")
-		must(t, os.Rename(q, p))
-		fd := int(f.Fd())
-		must(t, unix.Fchmod(fd, 0o600))
-		must(t, unix.Fchown(fd, 1000, 1000))
-		must(t, unix.Futimes(fd, []unix.Timeval{{Sec: 1e9}, {Sec: 1e9}}))
-		buf := make([]byte, 8)
-		n, err := unix.Fgetxattr(fd, "user.k", buf)
-		if err != nil || string(buf[:n]) != "v" {
-			t.Errorf("fgetxattr = %q, %v; want \"v\"", buf[:n], err)
-		}
-		var st unix.Stat_t
-		must(t, unix.Fstat(fd, &st))
-		if st.Mode&0o7777 != 0o600 || st.Uid != 1000 || st.Gid != 1000 || st.Mtim.Sec != 1e9 {
-			t.Errorf("open file: mode %o, owner %d:%d, mtime %d", st.Mode&0o7777, st.Uid, st.Gid, st.Mtim.Sec)
-		}
-		must(t, unix.Stat(p, &st))
-		if st.Mode&0o7777 == 0o600 || st.Uid != 0 || st.Mtim.Sec == 1e9 {
-			t.Errorf("the file now named f changed: mode %o, owner %d, mtime %d", st.Mode&0o7777, st.Uid, st.Mtim.Sec)
-		}
-		if _, err := unix.Getxattr(p, "user.k", buf); err != unix.ENODATA {
-			t.Errorf("getxattr of the file now named f: %v, want ENODATA", err)
-		}
-	},
+	"AttrsOfOpenFile":         attrsOfOpenFile(os.O_WRONLY),
+	"AttrsOfReadOnlyOpenFile": attrsOfOpenFile(os.O_RDONLY),
 	"Permissions": func(t *testing.T, d string) {
 		must(t, os.Chmod(d, 0o755))
 		p := filepath.Join(d, "secret")
@@ -329,6 +298,46 @@ func TestPOSIX(t *testing.T) {
 	for name := range posixChecks {
 		for _, view := range []string{"branch", "nested"} {
 			wantMissing(t, filepath.Join(m.base, "t-"+view+"-"+name))
+		}
+	}
+}
+
+// attrsOfOpenFile: fchmod, fchown, futimes, fgetxattr and flistxattr act on
+// the open file, also once its name has been given to another file.
+func attrsOfOpenFile(flag int) func(t *testing.T, d string) {
+	return func(t *testing.T, d string) {
+		p, q := filepath.Join(d, "f"), filepath.Join(d, "g")
+		writeFile(t, p, "old")
+		must(t, unix.Setxattr(p, "user.k", []byte("v"), 0))
+		f, err := os.OpenFile(p, flag, 0)
+		must(t, err)
+		defer f.Close()
+		writeFile(t, q, "new")
+		must(t, os.Rename(q, p))
+		fd := int(f.Fd())
+		must(t, unix.Fchmod(fd, 0o600))
+		must(t, unix.Fchown(fd, 1000, 1000))
+		must(t, unix.Futimes(fd, []unix.Timeval{{Sec: 1e9}, {Sec: 1e9}}))
+		buf := make([]byte, 64)
+		n, err := unix.Fgetxattr(fd, "user.k", buf)
+		if err != nil || string(buf[:n]) != "v" {
+			t.Errorf("fgetxattr = %q, %v; want \"v\"", buf[:max(n, 0)], err)
+		}
+		n, err = unix.Flistxattr(fd, buf)
+		if err != nil || !bytes.Contains(buf[:max(n, 0)], []byte("user.k\x00")) {
+			t.Errorf("flistxattr = %q, %v; want user.k", buf[:max(n, 0)], err)
+		}
+		var st unix.Stat_t
+		must(t, unix.Fstat(fd, &st))
+		if st.Mode&0o7777 != 0o600 || st.Uid != 1000 || st.Gid != 1000 || st.Mtim.Sec != 1e9 {
+			t.Errorf("open file: mode %o, owner %d:%d, mtime %d", st.Mode&0o7777, st.Uid, st.Gid, st.Mtim.Sec)
+		}
+		must(t, unix.Stat(p, &st))
+		if st.Mode&0o7777 == 0o600 || st.Uid != 0 || st.Mtim.Sec == 1e9 {
+			t.Errorf("the file now named f changed: mode %o, owner %d, mtime %d", st.Mode&0o7777, st.Uid, st.Mtim.Sec)
+		}
+		if _, err := unix.Getxattr(p, "user.k", buf); err != unix.ENODATA {
+			t.Errorf("getxattr of the file now named f: %v, want ENODATA", err)
 		}
 	}
 }

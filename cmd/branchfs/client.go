@@ -123,6 +123,10 @@ func explain(op, name string, err error) error {
 		syscall.EROFS:  "the view has live child branches and is read-only",
 		syscall.EINVAL: "invalid request",
 	}[errno]
+	if op == "create" && errno == syscall.EBUSY {
+		// The new branch would see writes that still reach the base.
+		msg = "files are open for writing with passthrough in main; close them first"
+	}
 	if msg == "" {
 		msg = errno.Error()
 	}
