@@ -170,9 +170,9 @@ type Node struct {
 	passUsed bool
 	// tops: the open handles whose descriptor is this inode's file in the
 	// view's top layer (every handle for writing, and those for reading
-	// a file already there), the ones for writing first. Setattr and
-	// xattr requests carry no handle (fchown, fchmod, futimens and
-	// fgetxattr reach the daemon as path operations), and tar sends five
+	// a file already there), the ones for writing first. Setattr, getattr
+	// and xattr requests carry no handle (fchown, fchmod, futimens, fstat
+	// and fgetxattr reach the daemon as path operations), and tar sends five
 	// of them per file: by descriptor they cost one system call each
 	// instead of a walk through the view's layers. It also keeps them on
 	// the open file once its name has been given to another, as on a
@@ -368,7 +368,9 @@ func notifyPath(root *gofs.Inode, p string, listed map[*gofs.Inode]bool) {
 }
 
 // notifyTree drops cached data and attributes of every known inode below
-// root, so that the next access asks the daemon (and gets ESTALE).
+// root, so that the next access asks the daemon (and gets ESTALE, or the
+// file a commit put there), and stops their open handles from answering
+// for their names.
 func notifyTree(root *gofs.Inode) {
 	if n, ok := root.Operations().(*Node); ok {
 		n.forgetTops()
