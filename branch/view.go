@@ -347,8 +347,15 @@ func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []
 }
 
 // getdents calls fn for every entry of directory fd but "." and "..".
+// direntBufs holds getdents buffers: a fresh 32 KiB buffer per listing
+// is zeroed by the allocator first, which costs more than listing a small
+// directory.
+var direntBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 func getdents(fd int, fn func(d *unix.Dirent, name string)) error {
-	buf := make([]byte, 32<<10)
+	bp := direntBufs.Get().(*[]byte)
+	defer direntBufs.Put(bp)
+	buf := *bp
 	for {
 		n, err := unix.Getdents(fd, buf)
 		if err == unix.EINTR {
