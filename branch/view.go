@@ -346,12 +346,12 @@ func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []
 	return out, err
 }
 
-// getdents calls fn for every entry of directory fd but "." and "..".
 // direntBufs holds getdents buffers: a fresh 32 KiB buffer per listing
 // is zeroed by the allocator first, which costs more than listing a small
 // directory.
 var direntBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
+// getdents calls fn for every entry of directory fd but "." and "..".
 func getdents(fd int, fn func(d *unix.Dirent, name string)) error {
 	bp := direntBufs.Get().(*[]byte)
 	defer direntBufs.Put(bp)
