@@ -83,13 +83,25 @@ func (v *View) prepareNew(rel string) (pfd int, name string, hidden bool, err er
 	if err := v.CheckWritable(); err != nil {
 		return -1, "", false, err
 	}
-	if _, err := v.Stat(rel); err == nil {
+	if rel == "" {
 		return -1, "", false, unix.EEXIST
-	} else if !errors.Is(err, unix.ENOENT) {
-		return -1, "", false, err
 	}
 	dir, name := path.Split(rel)
 	dir = trimSlash(dir)
+	dl, err := v.dirLayers(dir)
+	if err != nil {
+		return -1, "", false, err
+	}
+	_, tomb, err := v.lookupTomb(dl, rel, name, false)
+	if err == nil {
+		return -1, "", false, unix.EEXIST
+	}
+	if !errors.Is(err, unix.ENOENT) {
+		return -1, "", false, err
+	}
+	// A tombstone in the top layer takes the name: it goes, and the
+	// lookup that found it saves a stat of the name.
+	hidden = tomb == 0
 	top := v.layers[0]
 	if pfd, err = top.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0); isNotExist(err) {
 		if err := v.ensureDir(dir); err != nil {
@@ -100,13 +112,11 @@ func (v *View) prepareNew(rel string) (pfd int, name string, hidden bool, err er
 	if err != nil {
 		return -1, "", false, err
 	}
-	var st unix.Stat_t
-	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && top.delta && isWhiteout(&st) {
+	if hidden {
 		if err := unix.Unlinkat(pfd, name, 0); err != nil {
 			unix.Close(pfd)
 			return -1, "", false, err
 		}
-		hidden = true
 	}
 	return pfd, name, hidden, nil
 }
@@ -118,21 +128,33 @@ func own(pfd int, name string, o Owner, mode uint32) error {
 	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return err
 	}
+	_, err := ownStat(pfd, name, &st, o, mode)
+	return err
+}
+
+// ownStat is own for an entry whose attributes st the caller has already
+// read. It reports whether it changed them.
+func ownStat(pfd int, name string, st *unix.Stat_t, o Owner, mode uint32) (changed bool, err error) {
+	if st.Uid == o.Uid && st.Gid == o.Gid {
+		// Right whether or not the directory is set-group-ID: the
+		// group it would impose is the one the entry has.
+		return false, nil
+	}
 	gid := int(o.Gid)
 	var dst unix.Stat_t
 	if unix.Fstat(pfd, &dst) == nil && dst.Mode&unix.S_ISGID != 0 {
 		gid = int(st.Gid)
 	}
 	if st.Uid == o.Uid && st.Gid == uint32(gid) {
-		return nil
+		return false, nil
 	}
 	if err := unix.Fchownat(pfd, name, int(o.Uid), gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return err
+		return false, err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFLNK && mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
-		return chmodAt(pfd, name, mode&07777)
+		return true, chmodAt(pfd, name, mode&07777)
 	}
-	return nil
+	return true, nil
 }
 
 // Create makes and opens a regular file.
@@ -150,9 +172,12 @@ func (v *View) Create(rel string, flags int, mode uint32, o Owner) (int, *Entry,
 		return -1, nil, err
 	}
 	e := &Entry{Layer: 0}
-	err = own(pfd, name, o, mode)
+	err = unix.Fstat(fd, &e.Stat)
 	if err == nil {
-		err = unix.Fstat(fd, &e.Stat)
+		var changed bool
+		if changed, err = ownStat(pfd, name, &e.Stat, o, mode); changed && err == nil {
+			err = unix.Fstat(fd, &e.Stat)
+		}
 	}
 	if err != nil {
 		unix.Close(fd)

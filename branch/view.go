@@ -168,10 +168,18 @@ func trimSlash(s string) string {
 // first tombstone, non-directory or opaque directory; without merge, at the
 // first entry.
 func (v *View) lookupIn(parentLayers []int, rel, name string, merge bool) (*Entry, error) {
+	e, _, err := v.lookupTomb(parentLayers, rel, name, merge)
+	return e, err
+}
+
+// lookupTomb is lookupIn that also names the layer whose tombstone ended
+// the walk, or -1.
+func (v *View) lookupTomb(parentLayers []int, rel, name string, merge bool) (*Entry, int, error) {
 	if name == "." || name == ".." || name == "" {
-		return nil, unix.EINVAL
+		return nil, -1, unix.EINVAL
 	}
 	var e *Entry
+	tomb := -1
 	for _, i := range parentLayers {
 		l := v.layers[i]
 		st, err := l.lstat(rel)
@@ -179,16 +187,17 @@ func (v *View) lookupIn(parentLayers []int, rel, name string, merge bool) (*Entr
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, -1, err
 		}
 		if l.delta && isWhiteout(&st) {
+			tomb = i
 			break
 		}
 		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
 		if e == nil {
 			e = &Entry{Layer: i, Stat: st}
 			if !isDir || !merge {
-				return e, nil
+				return e, -1, nil
 			}
 		} else if !isDir {
 			break
@@ -199,9 +208,9 @@ func (v *View) lookupIn(parentLayers []int, rel, name string, merge bool) (*Entr
 		}
 	}
 	if e == nil {
-		return nil, unix.ENOENT
+		return nil, tomb, unix.ENOENT
 	}
-	return e, nil
+	return e, tomb, nil
 }
 
 // dirLayers returns the layers that directory rel merges, top first.
