@@ -353,9 +353,11 @@ func (b *bench) metadata() {
 	views := []view{{sysNative, base}, {sysMain, mnt},
 		{sysBranch, filepath.Join(mnt, "@"+name)}, {sysOverlay, ovl}}
 	// Systems take turns (see turns). Round 0 fills the caches and is not
-	// counted. A round takes about a third of a second; git status varies
-	// by a tenth from one run to the next here.
-	const rounds = 25
+	// counted. A round takes about a third of a second. git status varies
+	// by a tenth from one round to the next here, while branchfs and
+	// fuse-overlayfs differ by a few percent: with 24 rounds, which of the
+	// two had the lower median changed from run to run.
+	const rounds = 61
 	walk := make([][]float64, len(views))
 	status := make([][]float64, len(views))
 	for r := 0; r < rounds; r++ {
