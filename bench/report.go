@@ -47,6 +47,33 @@ func fasterRounds(r, other result) (won, rounds int) {
 	return won, rounds
 }
 
+// roundRatio is the median over rounds of r's time divided by other's in
+// the same round, with a confidence interval of at least 95% that assumes
+// nothing about the distribution: sorted, the ratios from the k-th lowest
+// to the k-th highest, k the largest rank at which a fair coin tossed once
+// per round comes up heads fewer than k times with probability at most
+// 2.5%. An interval that holds 1 says the run cannot tell the two apart.
+func roundRatio(r, other result) (median, lo, hi float64) {
+	n := min(len(r.Samples), len(other.Samples))
+	if n == 0 {
+		return math.NaN(), math.NaN(), math.NaN()
+	}
+	ratios := make([]float64, n)
+	for i := range n {
+		ratios[i] = r.Samples[i] / other.Samples[i]
+	}
+	median = result{Samples: ratios}.median()
+	sort.Float64s(ratios)
+	k := 0 // 0-based rank
+	pmf := math.Pow(0.5, float64(n))
+	for tail := pmf; k+1 < n-1-k && tail+pmf*float64(n-k)/float64(k+1) <= 0.025; {
+		pmf *= float64(n-k) / float64(k+1)
+		tail += pmf
+		k++
+	}
+	return median, ratios[k], ratios[n-1-k]
+}
+
 func (r result) min() float64 { return r.sorted()[0] }
 func (r result) max() float64 { s := r.sorted(); return s[len(s)-1] }
 
@@ -124,8 +151,10 @@ func (b *bench) targets() []target {
 		o := ovl.median()
 		v := r.median()
 		won, rounds := fasterRounds(r, ovl)
+		rm, lo, hi := roundRatio(r, ovl)
 		check(r.Case+": ≤ 1.5x native and faster than fuse-overlayfs", v <= 1.5*n && v < o,
-			"%.2fx native, %.2fx fuse-overlayfs (faster in %d of %d rounds)", v/n, v/o, won, rounds)
+			"%.2fx native, %.2fx fuse-overlayfs (faster in %d of %d rounds; ratio within a round %.2f, 95%% CI %.2f–%.2f)",
+			v/n, v/o, won, rounds, rm, lo, hi)
 	}
 	if v, ok := med("build cmd/gofmt from the extracted tree", sysBranch); ok {
 		n, _ := med("build cmd/gofmt from the extracted tree", sysNative)
