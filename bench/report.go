@@ -137,8 +137,12 @@ func (b *bench) targets() []target {
 			n, ok1 := med(cas, sysNative)
 			p, ok2 := med(cas, sysBranchPT)
 			if ok1 && ok2 {
+				nr, _ := b.find(cas, sysNative)
+				pr, _ := b.find(cas, sysBranchPT)
+				rm, lo, hi := roundRatio(pr, nr)
 				check(fmt.Sprintf("%s reads with passthrough ≥ 95%% of native (%s)", kind, cache), p >= 0.95*n,
-					"%.0f%% of native (%.0f vs %.0f MB/s)", 100*p/n, p, n)
+					"%.0f%% of native (%.0f vs %.0f MB/s; within a round %.0f%%, 95%% CI %.0f–%.0f%%)",
+					100*p/n, p, n, 100*rm, 100*lo, 100*hi)
 			}
 		}
 	}
