@@ -47,12 +47,13 @@ func fasterRounds(r, other result) (won, rounds int) {
 	return won, rounds
 }
 
-// roundRatio is the median over rounds of r's time divided by other's in
-// the same round, with a confidence interval of at least 95% that assumes
-// nothing about the distribution: sorted, the ratios from the k-th lowest
-// to the k-th highest, k the largest rank at which a fair coin tossed once
-// per round comes up heads fewer than k times with probability at most
-// 2.5%. An interval that holds 1 says the run cannot tell the two apart.
+// roundRatio is the median over rounds of r's figure divided by other's in
+// the same round, with a confidence interval of at least 95% (from six
+// rounds on) that assumes nothing about the distribution: sorted, the
+// ratios from the k-th lowest to the k-th highest, k the largest rank at
+// which a fair coin tossed once per round comes up heads fewer than k
+// times with probability at most 2.5%. An interval that holds 1 says the
+// run cannot tell the two apart.
 func roundRatio(r, other result) (median, lo, hi float64) {
 	n := min(len(r.Samples), len(other.Samples))
 	if n == 0 {
