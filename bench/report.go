@@ -135,11 +135,10 @@ func (b *bench) targets() []target {
 	for _, kind := range []string{"unmodified file", "copied-up file"} {
 		for _, cache := range []string{"cold", "warm"} {
 			cas := kind + ", " + cache + " cache"
-			n, ok1 := med(cas, sysNative)
-			p, ok2 := med(cas, sysBranchPT)
+			nr, ok1 := b.find(cas, sysNative)
+			pr, ok2 := b.find(cas, sysBranchPT)
 			if ok1 && ok2 {
-				nr, _ := b.find(cas, sysNative)
-				pr, _ := b.find(cas, sysBranchPT)
+				n, p := nr.median(), pr.median()
 				rm, lo, hi := roundRatio(pr, nr)
 				check(fmt.Sprintf("%s reads with passthrough ≥ 95%% of native (%s)", kind, cache), p >= 0.95*n,
 					"%.0f%% of native (%.0f vs %.0f MB/s; within a round %.0f%%, 95%% CI %.0f–%.0f%%)",
