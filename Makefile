@@ -3,8 +3,12 @@ BIN     := bin/branchfs
 
 .PHONY: build demo test check bench qemu-test clean
 
+# Without cgo: the only C the binary would link is the libc user and DNS
+# lookups of os/user and net, which branchfs never reaches, and the
+# dynamic loading costs each CLI call about 3.5 ms (15.3 against 11.7 ms
+# for a create, measured).
 build:
-	$(GO) build -o $(BIN) ./cmd/branchfs
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/branchfs
 
 # Mounts a generated workspace, tries three fixes in three branches and
 # commits the one whose test passes. Needs root (FUSE) and /dev/fuse.

@@ -39,7 +39,9 @@ func main() {
 	must(err)
 	os.Chmod(work, 0o755)
 	b := &bench{work: work, quick: *quick, bin: filepath.Join(work, "branchfs")}
-	if out, err := exec.Command("go", "build", "-o", b.bin, "./cmd/branchfs").CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-o", b.bin, "./cmd/branchfs")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build does
+	if out, err := build.CombinedOutput(); err != nil {
 		fail("building branchfs: %v: %s", err, out)
 	}
 	start := time.Now()
