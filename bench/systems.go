@@ -32,7 +32,7 @@ func (b *bench) dir(name string) string {
 // mountBranchfs mounts base with its own store and returns the mount point.
 func (b *bench) mountBranchfs(name, base, passthrough string) string {
 	mnt := b.dir(name + "-mnt")
-	store := filepath.Join(b.work, name+"-store")
+	store := b.storeDir(name)
 	out, err := exec.Command(b.bin, "mount", "--base", base, "--store", store, "--passthrough", passthrough, mnt).CombinedOutput()
 	if err != nil {
 		fail("mount branchfs: %v: %s", err, out)
@@ -40,6 +40,9 @@ func (b *bench) mountBranchfs(name, base, passthrough string) string {
 	b.mounts = append(b.mounts, mnt)
 	return mnt
 }
+
+// storeDir is the branch store of the mount mountBranchfs made as name.
+func (b *bench) storeDir(name string) string { return filepath.Join(b.work, name+"-store") }
 
 // mountOverlay mounts base read-only below a fresh upper directory.
 func (b *bench) mountOverlay(name, base string) string {
