@@ -59,7 +59,9 @@ func (b *bench) createLatency() {
 	// Base sizes take turns (see turns), as systems do elsewhere: a
 	// passing disturbance (in one run, the whole block of the largest
 	// base's creates took 92 µs against 28 for the others) then falls on
-	// all sizes alike instead of making one look slow.
+	// all sizes alike instead of making one look slow. Each create also
+	// finds its daemon idle since its last turn, as an agent's would,
+	// which costs more than creates back to back (see README).
 	for r := 0; r < 100; r++ {
 		for _, i := range turns(r, len(mnts)) {
 			_, d := createBranch(mnts[i])
