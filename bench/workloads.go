@@ -210,12 +210,7 @@ func (b *bench) throughput() {
 			b.add("read", "unmodified file, "+cache+" cache", v.system, "MB/s", s)
 		}, mb, cache == "cold")
 	}
-	// Copy the file up, then read the copy. Natively, read the very copy
-	// that the branch view with passthrough reads, in its delta, as the
-	// unmodified file's rounds read one file on every system. A copy of
-	// its own would compare two page caches: the sizes of the folios that
-	// readahead gets differ from file to file, and with them warm reads,
-	// by up to 5% between native copies of one file here.
+	// Copy the file up, then read the copy.
 	for _, v := range views[2:] {
 		start := time.Now()
 		f, err := os.OpenFile(filepath.Join(v.dir, "big"), os.O_RDWR, 0)
@@ -223,6 +218,12 @@ func (b *bench) throughput() {
 		f.Close()
 		b.add("copy-up", fmt.Sprintf("copy-up of %.0f MB on first write", mb), v.system, "ms", []float64{usSince(start) / 1e3})
 	}
+	// Natively, read the very copy that the branch view with passthrough
+	// reads, in its delta, as the unmodified file's rounds read one file
+	// on every system. A copy of its own would compare two page caches:
+	// the sizes of the folios that readahead gets differ from file to
+	// file, and with them warm reads, by up to 5% between native copies of
+	// one file here.
 	views[0].dir = filepath.Join(b.storeDir("io-on"), "deltas", bo)
 	_, err := os.Stat(filepath.Join(views[0].dir, "big"))
 	must(err)
@@ -258,12 +259,12 @@ func (b *bench) throughput() {
 
 type view struct{ system, dir string }
 
-// turns is the order in which n systems (or depths) are measured in round
-// r. They take turns round after round, so that the machine's drift (other
-// tenants, writeback) falls on all of them alike, and in a shuffled order,
-// the same in every run, so that none always follows the same one (a FUSE
-// daemon's leftover work, or a freshly emptied cache, would fall on
-// whichever system came next).
+// turns is the order in which n systems (or depths, or base sizes) are
+// measured in round r. They take turns round after round, so that the
+// machine's drift (other tenants, writeback) falls on all of them alike,
+// and in a shuffled order, the same in every run, so that none always
+// follows the same one (a FUSE daemon's leftover work, or a freshly
+// emptied cache, would fall on whichever system came next).
 func turns(r, n int) []int {
 	return rand.New(rand.NewPCG(uint64(r), uint64(n))).Perm(n)
 }
