@@ -68,6 +68,8 @@ type CommitResult struct {
 	Parent string
 	Paths  []string // top-most changed paths, relative to the parent view
 	Stale  []string // siblings and their descendants that lost
+	// Dropped lists the branch's own stale children, which go with it.
+	Dropped []string
 }
 
 // Commit applies branch name's delta to its parent. The first sibling to
@@ -132,7 +134,7 @@ func (s *Store) Commit(name string) (*CommitResult, error) {
 	if err != nil {
 		return nil, &BranchError{"commit", name, fmt.Errorf("applying the journal (the next mount finishes it): %w", err)}
 	}
-	if err := s.finish(j); err != nil {
+	if res.Dropped, err = s.finish(j); err != nil {
 		return nil, &BranchError{"commit", name, err}
 	}
 	if p.view != nil {
@@ -495,21 +497,22 @@ func (l *layer) setDirMeta(rel string, m *dirMeta) error {
 
 // finish drops the branch's stale children, records that the commit is
 // done, and leaves what is left of the delta (directories that were merged
-// into existing ones) for the trash. Each step may be repeated.
-func (s *Store) finish(j *logRecord) error {
+// into existing ones) for the trash. Each step may be repeated. It returns
+// the names of the branches dropped.
+func (s *Store) finish(j *logRecord) ([]string, error) {
+	var dropped []string
 	if b := s.branches[j.Name]; b != nil {
-		for _, c := range s.children(b) {
-			if err := s.drop(c); err != nil {
-				return err
-			}
+		var err error
+		if dropped, err = s.dropChildren(b, nil); err != nil {
+			return dropped, err
 		}
 	}
 	s.failpoint("commit-epoch")
 	if err := s.log.append(&logRecord{Op: logDone, Name: j.Name}, false); err != nil {
-		return err
+		return dropped, err
 	}
 	s.trashDeltaLater(j.Name)
-	return nil
+	return dropped, nil
 }
 
 // replayCommit finishes a commit that a crash interrupted, from its record

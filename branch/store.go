@@ -642,43 +642,38 @@ func (s *Store) emptyTrash() {
 }
 
 // Abort drops a branch and its delta. A branch with live children is
-// refused with ErrBusy unless recursive; stale descendants go with it.
-func (s *Store) Abort(name string, recursive bool) error {
+// refused with ErrBusy unless recursive; stale descendants go with it. It
+// returns the names of the branches dropped, descendants first.
+func (s *Store) Abort(name string, recursive bool) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, err := s.lookupBranch(name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if b.isMain() {
-		return &BranchError{"abort", name, ErrMainView}
+		return nil, &BranchError{"abort", name, ErrMainView}
 	}
 	if b.State() == Committed {
-		return &BranchError{"abort", name, ErrGone}
+		return nil, &BranchError{"abort", name, ErrGone}
 	}
 	if b.liveChildren.Load() > 0 && !recursive {
-		return &BranchError{"abort", name, ErrBusy}
+		return nil, &BranchError{"abort", name, ErrBusy}
 	}
-	return s.drop(b)
+	return s.drop(b, nil)
 }
 
-// drop removes b and all its descendants. The caller holds s.mu.
-func (s *Store) drop(b *Branch) error {
-	for _, c := range s.children(b) {
-		var err error
-		if c.State() == Committed {
-			err = s.forget(c)
-		} else {
-			err = s.drop(c)
-		}
-		if err != nil {
-			return err
-		}
+// drop removes b and all its descendants, and appends the names of those
+// that had views to dropped. The caller holds s.mu.
+func (s *Store) drop(b *Branch, dropped []string) ([]string, error) {
+	dropped, err := s.dropChildren(b, dropped)
+	if err != nil {
+		return dropped, err
 	}
 	// The record first: a delta left behind by a crash has no branch and
 	// is removed at the next mount.
 	if err := s.log.append(&logRecord{Op: logAbort, Name: b.meta.Name}, false); err != nil {
-		return err
+		return dropped, err
 	}
 	s.trashDeltaLater(b.meta.Name)
 	if b.State() == Live {
@@ -686,7 +681,24 @@ func (s *Store) drop(b *Branch) error {
 	}
 	s.retire(b, Aborted)
 	s.remove(b)
-	return nil
+	return append(dropped, b.meta.Name), nil
+}
+
+// dropChildren drops b's descendants (see drop); committed children, which
+// have no view or delta left, are only forgotten.
+func (s *Store) dropChildren(b *Branch, dropped []string) ([]string, error) {
+	for _, c := range s.children(b) {
+		var err error
+		if c.State() == Committed {
+			err = s.forget(c)
+		} else {
+			dropped, err = s.drop(c, dropped)
+		}
+		if err != nil {
+			return dropped, err
+		}
+	}
+	return dropped, nil
 }
 
 // forget removes the record of a committed branch.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -74,8 +75,34 @@ func TestCommitWithoutFUSE(t *testing.T) {
 	if err := b.Check(); !errors.Is(err, ErrStale) {
 		t.Errorf("loser view: %v", err)
 	}
-	if err := s.Abort("b", false); err != nil {
+	if _, err := s.Abort("b", false); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Abort and commit name the branches they drop, so that the FUSE glue can
+// tell the kernel that their views are gone.
+func TestDroppedBranchesNamed(t *testing.T) {
+	s, _ := newStore(t)
+	for _, b := range [][2]string{{"p", MainName}, {"c", "p"}, {"d", "c"}, {"a", MainName}, {"a1", "a"}, {"a2", "a"}} {
+		if _, err := s.Create(b[0], b[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dropped, err := s.Abort("p", true)
+	if err != nil || !slices.Equal(dropped, []string{"d", "c", "p"}) {
+		t.Errorf("recursive abort dropped %v, %v; want [d c p]", dropped, err)
+	}
+	if _, err := s.Commit("a1"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Commit("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a1 committed into a, which leaves no view; a2 lost to it.
+	if !slices.Equal(res.Dropped, []string{"a2"}) {
+		t.Errorf("commit dropped %v, want [a2]", res.Dropped)
 	}
 }
 
@@ -112,7 +139,7 @@ func TestMaxBranches(t *testing.T) {
 		t.Fatalf("third create: %v, want ErrTooMany", err)
 	}
 	// Finished branches do not count.
-	if err := s.Abort("a", false); err != nil {
+	if _, err := s.Abort("a", false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Create("c", MainName); err != nil {
@@ -181,7 +208,7 @@ func TestDeltaMadeAtFirstWrite(t *testing.T) {
 		t.Errorf("commit of an unwritten branch: %v", err)
 	}
 	a, _ := s.Create("a", MainName)
-	if err := s.Abort(a.Name(), false); err != nil {
+	if _, err := s.Abort(a.Name(), false); err != nil {
 		t.Errorf("abort of an unwritten branch: %v", err)
 	}
 }
@@ -198,7 +225,7 @@ func TestFinishedDeltaLeavesLater(t *testing.T) {
 		write(t, v, "f", "from the first x")
 		write(t, v, "d/new", "new")
 		if finish == "abort" {
-			err = s.Abort("x", false)
+			_, err = s.Abort("x", false)
 		} else {
 			_, err = s.Commit("x")
 		}
@@ -222,7 +249,7 @@ func TestFinishedDeltaLeavesLater(t *testing.T) {
 				t.Errorf("the aborted branch's d/new shows in the new x: %v", err)
 			}
 		}
-		if err := s.Abort("x", false); err != nil {
+		if _, err := s.Abort("x", false); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -80,6 +80,8 @@ func TestTombstonesAndOpaqueDirs(t *testing.T) {
 	writeFile(t, filepath.Join(b, "file"), "reborn\n")
 	wantContent(t, filepath.Join(m.base, "dir", "a"), "a\n")
 	m.ok("commit", b)
+	// The kernel has the view's root cached; the name is gone at once.
+	wantMissing(t, b)
 	ents, err := os.ReadDir(filepath.Join(m.base, "dir"))
 	must(t, err)
 	if len(ents) != 1 || ents[0].Name() != "fresh" {
@@ -265,10 +267,18 @@ func TestFrozenOrigin(t *testing.T) {
 
 func TestAbortRecursive(t *testing.T) {
 	m := newMount(t, "")
-	m.create("p")
+	p := m.create("p")
 	c := m.create("c", "p")
 	writeFile(t, filepath.Join(c, "f"), "x")
-	m.ok("abort", "--recursive", m.view("p"))
+	for _, v := range []string{p, c} {
+		_, err := os.Stat(v) // so that the kernel holds both roots
+		must(t, err)
+	}
+	m.ok("abort", "--recursive", p)
+	// Both names are gone at once, not only once the kernel has dropped
+	// the views, which follows the reply.
+	wantMissing(t, c)
+	wantMissing(t, p)
 	out := m.ok("list", m.mnt)
 	if strings.Contains(out, "p ") || strings.Contains(out, "c ") {
 		t.Errorf("branches left after recursive abort:\n%s", out)

@@ -169,15 +169,10 @@ func (f *FS) commit(v *branch.View) error {
 }
 
 func (f *FS) abort(v *branch.View, recursive bool) error {
-	if err := f.store.Abort(v.Name(), recursive); err != nil {
+	dropped, err := f.store.Abort(v.Name(), recursive)
+	if err != nil {
 		return err
 	}
-	f.root.NotifyEntry(BranchPrefix + v.Name())
-	// The daemon already fails every operation on the view; dropping the
-	// data the kernel caches for files still open there can follow the
-	// reply (for a large delta it is most of an abort's cost).
-	if r := f.viewRoot(v.Name()); r != nil {
-		go notifyTree(&r.Inode)
-	}
+	f.viewsGone(dropped, dropped)
 	return nil
 }

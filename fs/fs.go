@@ -309,20 +309,36 @@ func (f *FS) afterCommit(branchName string, res *branch.CommitResult) {
 			notifyPath(&parentRoot.Inode, p, listed)
 		}
 	}
-	// What only concerns views that are gone or stale can follow the reply:
-	// their operations already fail in the daemon.
-	var stale []*Node
-	for _, s := range res.Stale {
-		if r := f.viewRoot(s); r != nil {
-			stale = append(stale, r)
+	f.viewsGone(append(res.Dropped, branchName), res.Stale)
+}
+
+// viewsGone brings the kernel's caches in line with branches that are
+// gone, and with views whose known inodes must drop their cached data and
+// attributes, so that handles open there stop answering (the gone
+// branches of an abort, the stale ones of a commit). A gone branch's root
+// loses its attributes at once: a stat of its name, or a path through it,
+// then asks the daemon, which no longer knows it. The rest only concerns
+// views whose operations already fail in the daemon, and follows the reply
+// a moment later, so as not to compete with it for the CPU: dropping a
+// name makes the kernel evict every inode below it, and the pages of every
+// file written there, which takes milliseconds for a large delta.
+func (f *FS) viewsGone(gone, emptied []string) {
+	for _, name := range gone {
+		if r := f.viewRoot(name); r != nil {
+			r.NotifyContent(0, 0)
 		}
 	}
-	// Dropping the committed view from the kernel frees the pages of
-	// every file written in it, milliseconds for a large delta: a moment
-	// later, so that it does not compete with the reply for the CPU.
+	var roots []*Node
+	for _, name := range emptied {
+		if r := f.viewRoot(name); r != nil {
+			roots = append(roots, r)
+		}
+	}
 	time.AfterFunc(cleanupDelay, func() {
-		f.root.NotifyEntry(BranchPrefix + branchName)
-		for _, r := range stale {
+		for _, name := range gone {
+			f.root.NotifyEntry(BranchPrefix + name)
+		}
+		for _, r := range roots {
 			notifyTree(&r.Inode)
 		}
 	})
