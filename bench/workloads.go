@@ -106,62 +106,77 @@ func (b *bench) commitAbort() {
 		name  string
 		files int
 		size  int64
-		reps  int
 	}
-	deltas := []delta{{"1 KB", 1, 1 << 10, 15}, {"100 KB", 1, 100 << 10, 15}, {"1 MB", 1, 1 << 20, 15},
-		{"100 MB", 1, 100 << 20, 7}, {"1000 files of 1 KB", 1000, 1 << 10, 5}}
+	deltas := []delta{{"1 KB", 1, 1 << 10}, {"100 KB", 1, 100 << 10}, {"1 MB", 1, 1 << 20},
+		{"100 MB", 1, 100 << 20}, {"1000 files of 1 KB", 1000, 1 << 10}}
+	rounds := 15
 	if b.quick {
-		deltas[3] = delta{"10 MB", 1, 10 << 20, 3}
+		deltas[3] = delta{"10 MB", 1, 10 << 20}
+		rounds = 3
 	}
+	type step struct {
+		delta
+		action string
+	}
+	var steps []step
 	for _, d := range deltas {
-		for _, action := range []string{"commit", "abort"} {
-			var us, native []float64
-			for r := 0; r < d.reps; r++ {
-				name, _ := createBranch(mnt)
-				view := filepath.Join(mnt, "@"+name)
-				for i := 0; i < d.files; i++ {
-					makeFile(filepath.Join(view, fmt.Sprintf("delta-%d", i)), d.size)
+		steps = append(steps, step{d, "commit"}, step{d, "abort"})
+	}
+	// Sizes and actions take turns (see turns): in blocks, a size would
+	// also measure the moment its block ran at, such as the writeback and
+	// block freeing that 100 MB deltas leave behind for whatever follows.
+	us, native := make([][]float64, len(steps)), make([][]float64, len(steps))
+	for r := 0; r < rounds; r++ {
+		for _, i := range turns(r, len(steps)) {
+			st := steps[i]
+			name, _ := createBranch(mnt)
+			view := filepath.Join(mnt, "@"+name)
+			for k := 0; k < st.files; k++ {
+				makeFile(filepath.Join(view, fmt.Sprintf("delta-%d", k)), st.size)
+			}
+			do := kernel.Commit
+			if st.action == "abort" {
+				do = kernel.Abort
+			}
+			settle(b.storeDir("commit"), name)
+			// A client opens the control file, then sends the
+			// ioctl; only the ioctl is timed. The open comes after
+			// settle's sync, which takes time in proportion to the
+			// delta, and the first request after an idle stretch
+			// costs more than the next here (a native rename took
+			// 600 µs after 100 ms idle instead of 380; a 1 MB
+			// commit 700 instead of 360): timed right after the
+			// sync, the table would compare sync lengths, not
+			// delta sizes. The native floor gets an lstat instead.
+			ctl, err := os.Open(filepath.Join(view, ".branchfs_ctl"))
+			must(err)
+			start := time.Now()
+			must(do(ctl))
+			us[i] = append(us[i], usSince(start))
+			ctl.Close()
+			if st.action == "commit" {
+				// The floor: the same files renamed natively, over the
+				// ones of the same size that this step's last round
+				// renamed.
+				for k := 0; k < st.files; k++ {
+					makeFile(filepath.Join(scratch, fmt.Sprintf("n-%d", k)), st.size)
 				}
-				do := kernel.Commit
-				if action == "abort" {
-					do = kernel.Abort
-				}
-				settle(b.storeDir("commit"), name)
-				// A client opens the control file, then sends the
-				// ioctl; only the ioctl is timed. The open comes after
-				// settle's sync, which takes time in proportion to the
-				// delta, and the first request after an idle stretch
-				// costs more than the next here (a native rename took
-				// 600 µs after 100 ms idle instead of 380; a 1 MB
-				// commit 700 instead of 360): timed right after the
-				// sync, the table would compare sync lengths, not
-				// delta sizes. The native floor gets an lstat instead.
-				ctl, err := os.Open(filepath.Join(view, ".branchfs_ctl"))
+				settle("", "")
+				_, err := os.Lstat(filepath.Join(scratch, "n-0"))
 				must(err)
-				start := time.Now()
-				must(do(ctl))
-				us = append(us, usSince(start))
-				ctl.Close()
-				if action == "commit" {
-					// The floor: the same files renamed natively.
-					for i := 0; i < d.files; i++ {
-						makeFile(filepath.Join(scratch, fmt.Sprintf("n-%d", i)), d.size)
-					}
-					settle("", "")
-					_, err := os.Lstat(filepath.Join(scratch, "n-0"))
-					must(err)
-					start = time.Now()
-					for i := 0; i < d.files; i++ {
-						must(os.Rename(filepath.Join(scratch, fmt.Sprintf("n-%d", i)), filepath.Join(base, fmt.Sprintf("native-%d", i))))
-					}
-					native = append(native, usSince(start))
+				start = time.Now()
+				for k := 0; k < st.files; k++ {
+					must(os.Rename(filepath.Join(scratch, fmt.Sprintf("n-%d", k)), filepath.Join(base, fmt.Sprintf("native-%d-%d", i, k))))
 				}
+				native[i] = append(native[i], usSince(start))
 			}
-			cas := action + " of " + d.name
-			b.add(action, cas, "branchfs ioctl", "µs", us)
-			if native != nil {
-				b.add(action, cas, sysNative+" rename", "µs", native)
-			}
+		}
+	}
+	for i, st := range steps {
+		cas := st.action + " of " + st.name
+		b.add(st.action, cas, "branchfs ioctl", "µs", us[i])
+		if native[i] != nil {
+			b.add(st.action, cas, sysNative+" rename", "µs", native[i])
 		}
 	}
 	b.unmount(mnt)
