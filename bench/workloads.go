@@ -35,8 +35,8 @@ func usSince(start time.Time) float64 { return float64(time.Since(start).Nanosec
 // the size of the base, with fuse-overlayfs's mount of a fresh upper layer
 // (its way to start a branch) for reference. Every base is made, written
 // back and mounted before any is measured, so that no base's setup or
-// removal runs under another's measurement; ioctl creates run back to back,
-// a hundred per base, as a tool creating branches would.
+// removal runs under another's measurement. Each base gets a hundred ioctl
+// creates, the bases taking turns.
 func (b *bench) createLatency() {
 	sizes := []int{100, 1000, 10000, 100000}
 	if b.quick {
@@ -60,8 +60,9 @@ func (b *bench) createLatency() {
 	// passing disturbance (in one run, the whole block of the largest
 	// base's creates took 92 µs against 28 for the others) then falls on
 	// all sizes alike instead of making one look slow. Each create also
-	// finds its daemon idle since its last turn, as an agent's would,
-	// which costs more than creates back to back (see README).
+	// finds its daemon idle since its last turn but for the open of the
+	// control file just before, as an agent's would, which costs more
+	// than creates back to back (see README).
 	for r := 0; r < 100; r++ {
 		for _, i := range turns(r, len(mnts)) {
 			_, d := createBranch(mnts[i])
