@@ -570,7 +570,7 @@ func fdNames(fd int) ([]string, error) {
 
 // readDirTyped lists a layer directory with entry types, tombstones included.
 func (l *layer) readDirTyped(rel string) ([]DirEntry, error) {
-	return l.readDirMerge(rel, 0, nil, nil, false, false)
+	return l.readDirMerge(rel, 0, nil, nil, nil, false)
 }
 
 // Diff describes what a branch changed relative to its parent.

@@ -276,7 +276,7 @@ type DirEntry struct {
 	Type  uint8 // DT_* from getdents
 	Ino   uint64
 	Layer int          // the layer that shows it
-	Stat  *unix.Stat_t // with ReadDirPlus
+	Stat  *unix.Stat_t // with ReadDirPlus, unless skipped
 }
 
 // Entry is what a listed name resolves to; the listing must come from
@@ -285,13 +285,21 @@ func (d *DirEntry) Entry() *Entry { return &Entry{Layer: d.Layer, Stat: *d.Stat}
 
 // ReadDir lists directory rel: the union of its layers, without tombstoned
 // names and without duplicates, top layer first.
-func (v *View) ReadDir(rel string) ([]DirEntry, error) { return v.readDir(rel, false) }
+func (v *View) ReadDir(rel string) ([]DirEntry, error) { return v.readDir(rel, nil) }
 
-// ReadDirPlus is ReadDir with every entry's attributes, taken from the
-// directory already open: one system call a name.
-func (v *View) ReadDirPlus(rel string) ([]DirEntry, error) { return v.readDir(rel, true) }
+// ReadDirPlus is ReadDir with the attributes of every entry but those that
+// skip names (nil skips none), taken from the directory already open: one
+// system call a name.
+func (v *View) ReadDirPlus(rel string, skip func(name string) bool) ([]DirEntry, error) {
+	if skip == nil {
+		skip = func(string) bool { return false }
+	}
+	return v.readDir(rel, skip)
+}
 
-func (v *View) readDir(rel string, plus bool) ([]DirEntry, error) {
+// readDir lists rel, with the attributes of the names that skip, if not
+// nil, does not name.
+func (v *View) readDir(rel string, skip func(name string) bool) ([]DirEntry, error) {
 	e, err := v.Lookup(rel)
 	if err != nil {
 		return nil, err
@@ -308,7 +316,7 @@ func (v *View) readDir(rel string, plus bool) ([]DirEntry, error) {
 		if !v.layers[i].present() {
 			continue
 		}
-		if out, err = v.layers[i].readDirMerge(rel, i, seen, out, plus, v.layers[i].delta); err != nil {
+		if out, err = v.layers[i].readDirMerge(rel, i, seen, out, skip, v.layers[i].delta); err != nil {
 			return nil, err
 		}
 	}
@@ -316,8 +324,9 @@ func (v *View) readDir(rel string, plus bool) ([]DirEntry, error) {
 }
 
 // readDirMerge appends the entries of rel not yet in seen (nil: keep all),
-// without tombstones when hideWhiteouts.
-func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []DirEntry, plus, hideWhiteouts bool) ([]DirEntry, error) {
+// without tombstones when hideWhiteouts, with attributes as readDir's skip
+// says.
+func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []DirEntry, skip func(string) bool, hideWhiteouts bool) ([]DirEntry, error) {
 	fd, err := l.open(rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return out, err
@@ -332,6 +341,7 @@ func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []
 			seen[name] = true
 		}
 		de := DirEntry{Name: name, Type: d.Type, Ino: d.Ino, Layer: index}
+		plus := skip != nil && !skip(name)
 		if plus || hideWhiteouts && d.Type == syscall.DT_CHR {
 			var st unix.Stat_t
 			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {

@@ -38,7 +38,11 @@ func (h *dirHandle) list() syscall.Errno {
 		return errno
 	}
 	defer n.view.Unlock()
-	ents, err := n.view.ReadDirPlus(rel)
+	// The kernel holds an inode for most names of a directory it lists
+	// again (after memory pressure dropped its copy of the listing): their
+	// attributes would cost a system call each and change nothing.
+	known := n.Children()
+	ents, err := n.view.ReadDirPlus(rel, func(name string) bool { return known[name] != nil })
 	if err != nil {
 		return toErrno(err)
 	}
@@ -75,16 +79,24 @@ func (h *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 }
 
 // Lookup answers READDIRPLUS for the entry Readdirent just produced, from
-// the attributes taken at opendir.
+// the attributes taken at the first read.
 func (h *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	n := h.node
 	if err := n.view.Check(); err != nil {
 		return nil, toErrno(err)
 	}
-	if h.pos == 0 || h.ents[h.pos-1].Name != name || h.ents[h.pos-1].Stat == nil {
+	if h.pos == 0 || h.ents[h.pos-1].Name != name {
 		return n.Lookup(ctx, name, out)
 	}
-	return n.child(ctx, name, h.ents[h.pos-1].Entry(), out), 0
+	d := &h.ents[h.pos-1]
+	if d.Stat == nil {
+		// A name whose inode the kernel holds (list): for an error,
+		// go-fuse sends the entry without a node ID, which the kernel
+		// lists without touching the inode it has. Should it no longer
+		// have one, it looks the name up when it is used.
+		return nil, syscall.EEXIST
+	}
+	return n.child(ctx, name, d.Entry(), out), 0
 }
 
 func (h *dirHandle) Releasedir(ctx context.Context, flags uint32) {}

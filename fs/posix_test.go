@@ -67,6 +67,35 @@ var posixChecks = map[string]func(t *testing.T, d string){
 			t.Errorf("readdir = %v, want [a c]", ents)
 		}
 	},
+	"ReaddirAgain": func(t *testing.T, d string) {
+		// The kernel lists a directory again once its copy of the
+		// listing is gone, as after memory pressure; the daemon then
+		// leaves out the attributes of the names whose inodes the kernel
+		// holds.
+		writeFile(t, filepath.Join(d, "a"), "a")
+		writeFile(t, filepath.Join(d, "b"), "b")
+		must(t, os.Chmod(filepath.Join(d, "b"), 0o600))
+		must(t, os.Mkdir(filepath.Join(d, "c"), 0o700))
+		if _, err := os.ReadDir(d); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(d, "e"), "e") // made after the first listing
+		must(t, os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0o200))
+		ents, err := os.ReadDir(d)
+		must(t, err)
+		want := map[string]os.FileMode{"a": 0o644, "b": 0o600, "c": os.ModeDir | 0o700, "e": 0o644}
+		if len(ents) != len(want) {
+			t.Errorf("readdir = %v, want %d names", ents, len(want))
+		}
+		for _, e := range ents {
+			fi, err := e.Info()
+			if err != nil {
+				t.Errorf("%s listed again: %v", e.Name(), err)
+			} else if fi.Mode() != want[e.Name()] {
+				t.Errorf("%s listed again: mode %v, want %v", e.Name(), fi.Mode(), want[e.Name()])
+			}
+		}
+	},
 	"Rename": func(t *testing.T, d string) {
 		a, b := filepath.Join(d, "a"), filepath.Join(d, "b")
 		writeFile(t, a, "A")
