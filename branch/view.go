@@ -287,18 +287,13 @@ func (d *DirEntry) Entry() *Entry { return &Entry{Layer: d.Layer, Stat: *d.Stat}
 // names and without duplicates, top layer first.
 func (v *View) ReadDir(rel string) ([]DirEntry, error) { return v.readDir(rel, nil) }
 
-// ReadDirPlus is ReadDir with the attributes of every entry but those that
-// skip names (nil skips none), taken from the directory already open: one
-// system call a name.
+// ReadDirPlus is ReadDir with the attributes of every entry that skip does
+// not name, taken from the directory already open: one system call a name.
 func (v *View) ReadDirPlus(rel string, skip func(name string) bool) ([]DirEntry, error) {
-	if skip == nil {
-		skip = func(string) bool { return false }
-	}
 	return v.readDir(rel, skip)
 }
 
-// readDir lists rel, with the attributes of the names that skip, if not
-// nil, does not name.
+// readDir lists rel; with skip, as ReadDirPlus.
 func (v *View) readDir(rel string, skip func(name string) bool) ([]DirEntry, error) {
 	e, err := v.Lookup(rel)
 	if err != nil {
