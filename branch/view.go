@@ -81,6 +81,18 @@ func (v *View) rootLayer() int {
 	return i
 }
 
+// rootDirs returns the layers the root merges: every layer from the
+// top-most present one down. No layer hides the root, so this needs no
+// lookup.
+func (v *View) rootDirs() []int {
+	top := v.rootLayer()
+	dirs := make([]int, 0, len(v.layers)-top)
+	for i := top; i < len(v.layers); i++ {
+		dirs = append(dirs, i)
+	}
+	return dirs
+}
+
 // Lock takes the store lock shared for the duration of a view operation.
 func (v *View) Lock() error {
 	v.store.mu.RLock()
@@ -138,16 +150,12 @@ func (v *View) Stat(rel string) (*Entry, error) { return v.resolve(rel, false) }
 
 func (v *View) resolve(rel string, merge bool) (*Entry, error) {
 	if rel == "" {
-		top := v.rootLayer()
-		st, err := v.layers[top].lstat("")
+		dirs := v.rootDirs()
+		st, err := v.layers[dirs[0]].lstat("")
 		if err != nil {
 			return nil, err
 		}
-		all := make([]int, 0, len(v.layers))
-		for i := top; i < len(v.layers); i++ {
-			all = append(all, i)
-		}
-		return &Entry{Layer: top, Stat: st, dirs: all, root: true}, nil
+		return &Entry{Layer: dirs[0], Stat: st, dirs: dirs, root: true}, nil
 	}
 	dir, name := path.Split(rel)
 	dl, err := v.dirLayers(trimSlash(dir))
@@ -216,11 +224,7 @@ func (v *View) lookupTomb(parentLayers []int, rel, name string, merge bool) (*En
 // dirLayers returns the layers that directory rel merges, top first.
 func (v *View) dirLayers(rel string) ([]int, error) {
 	if rel == "" {
-		e, err := v.Lookup("")
-		if err != nil {
-			return nil, err
-		}
-		return e.dirs, nil
+		return v.rootDirs(), nil
 	}
 	v.cacheMu.Lock()
 	dl, ok := v.dirs[rel]
