@@ -287,6 +287,31 @@ func TestAbortRecursive(t *testing.T) {
 	writeFile(t, filepath.Join(m.mnt, "f"), "main is writable again")
 }
 
+// A branch's name shows at once in every case the kernel may have cached
+// something under it: nothing (looked up before, not there), a base file
+// of that name, and the root of a view of that name just aborted.
+func TestBranchNameShowsAtOnce(t *testing.T) {
+	m := newMount(t, "")
+	for i := 0; i < 2; i++ {
+		wantMissing(t, m.view("x"))
+	}
+	x := m.create("x")
+	wantContent(t, filepath.Join(x, "file"), "base file\n")
+
+	writeFile(t, filepath.Join(m.base, "@y"), "a base file named @y\n")
+	wantContent(t, m.view("y"), "a base file named @y\n")
+	y := m.create("y")
+	if fi, err := os.Stat(y); err != nil || !fi.IsDir() {
+		t.Fatalf("%s after create: %v, %v; want the branch root", y, fi, err)
+	}
+
+	writeFile(t, filepath.Join(x, "mine"), "x\n")
+	m.ok("abort", x)
+	m.create("x")
+	wantContent(t, filepath.Join(x, "file"), "base file\n")
+	wantMissing(t, filepath.Join(x, "mine"))
+}
+
 func TestBadInput(t *testing.T) {
 	m := newMount(t, "")
 	for _, name := range []string{"", ".hidden", "a/b", "a b", "..", strings.Repeat("x", 128), "ü", "main"} {

@@ -155,7 +155,12 @@ func (f *FS) create(v *branch.View, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f.root.NotifyEntry(BranchPrefix + child.Name())
+	// The kernel caches no negative entry for a branch name (Lookup), but
+	// it may hold a base file of that name, or a gone view's root that
+	// viewsGone has not dropped yet.
+	if f.root.GetChild(BranchPrefix+child.Name()) != nil {
+		f.root.NotifyEntry(BranchPrefix + child.Name())
+	}
 	return child.Name(), nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/branchfs/branchfs/branch"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -16,11 +17,25 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 			return n.controlInode(ctx, out)
 		}
 		if n.view.IsMain() && strings.HasPrefix(name, BranchPrefix) {
-			if in, errno := n.lookupBranch(ctx, name[len(BranchPrefix):], out); errno != syscall.ENOENT {
-				return in, errno
+			in, errno := n.lookupBranch(ctx, name[len(BranchPrefix):], out)
+			if errno == syscall.ENOENT {
+				in, errno = n.lookupEntry(ctx, name, out)
 			}
+			if errno == syscall.ENOENT {
+				// The kernel keeps no negative entry for a branch name,
+				// so that creating the branch need not drop one. go-fuse
+				// turns ENOENT into a cached negative entry only when the
+				// entry timeout is still zero.
+				out.SetEntryTimeout(time.Nanosecond)
+			}
+			return in, errno
 		}
 	}
+	return n.lookupEntry(ctx, name, out)
+}
+
+// lookupEntry finds name in n's directory of its view.
+func (n *Node) lookupEntry(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	rel, errno := n.begin()
 	if errno != 0 {
 		return nil, errno
