@@ -305,9 +305,11 @@ func TestBranchNameShowsAtOnce(t *testing.T) {
 		t.Fatalf("%s after create: %v, %v; want the branch root", y, fi, err)
 	}
 
+	// Through the control files, so that the create follows the abort
+	// within the moment before the kernel drops the old root.
 	writeFile(t, filepath.Join(x, "mine"), "x\n")
-	m.ok("abort", x)
-	m.create("x")
+	writeFile(t, filepath.Join(x, ".branchfs_ctl"), "abort")
+	writeFile(t, filepath.Join(m.mnt, ".branchfs_ctl"), "create:x")
 	wantContent(t, filepath.Join(x, "file"), "base file\n")
 	wantMissing(t, filepath.Join(x, "mine"))
 }
