@@ -55,6 +55,7 @@ func (c *ctlNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetA
 		return syscall.EPERM
 	}
 	c.fillAttr(&out.Attr)
+	out.Ino = c.StableAttr().Ino // see finishSetattr
 	return 0
 }
 

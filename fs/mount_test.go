@@ -193,6 +193,13 @@ func writeFile(t *testing.T, p, content string) {
 	must(t, os.WriteFile(p, []byte(content), 0o644))
 }
 
+func inodeNumber(t *testing.T, p string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	must(t, unix.Lstat(p, &st))
+	return st.Ino
+}
+
 func readFile(t *testing.T, p string) string {
 	t.Helper()
 	data, err := os.ReadFile(p)

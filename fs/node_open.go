@@ -168,7 +168,7 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		n.replaced()
 	}
 	fillAttr(&out.Attr, &after.Stat)
-	n.setAttrTimeout(out)
+	n.finishSetattr(out)
 	return 0
 }
 
@@ -183,14 +183,20 @@ func (n *Node) setattrFd(ctx context.Context, h *fileHandle, in *fuse.SetAttrIn,
 		return toErrno(err)
 	}
 	errno := h.Getattr(ctx, out)
-	n.setAttrTimeout(out)
+	n.finishSetattr(out)
 	return errno
 }
 
-// setAttrTimeout lets the kernel keep a setattr's answer as long as a
-// getattr's (go-fuse sets that timeout for getattr only): without it, tar
-// and cp -p cost a getattr after every chmod, chown and utimes.
-func (n *Node) setAttrTimeout(out *fuse.AttrOut) {
+// finishSetattr completes a setattr's answer as go-fuse (v2.12.1)
+// completes a getattr's and not a setattr's. The kernel takes the inode
+// number from every answer: left zero, stat shows inode 0 until the
+// next getattr, and du and find, which compare a directory's number
+// with what ".." gives after tar has set the directory's times, fail.
+// The timeout lets the kernel keep the answer as long as a getattr's:
+// without it, tar and cp -p cost a getattr after every chmod, chown and
+// utimes.
+func (n *Node) finishSetattr(out *fuse.AttrOut) {
+	out.Ino = n.StableAttr().Ino
 	out.SetTimeout(n.fsys.opts.Timeout)
 }
 

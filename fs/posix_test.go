@@ -281,6 +281,41 @@ var posixChecks = map[string]func(t *testing.T, d string){
 			t.Errorf("read of unlinked file = %q", buf[:n])
 		}
 	},
+	// tar sets a directory's times after filling it; du and find (fts)
+	// then compare each directory's inode number with what ".." gives.
+	"InodeNumberKeptBySetattr": func(t *testing.T, d string) {
+		sub, f := filepath.Join(d, "sub"), filepath.Join(d, "f")
+		must(t, os.Mkdir(sub, 0o755))
+		writeFile(t, f, "x")
+		dir := inodeNumber(t, d)
+		want := map[string]uint64{sub: inodeNumber(t, sub), f: inodeNumber(t, f)}
+		must(t, os.Chmod(sub, 0o700))
+		must(t, os.Chtimes(sub, time.Unix(1e9, 0), time.Unix(1e9, 0)))
+		must(t, os.Chown(f, 1000, 1000))
+		must(t, os.Truncate(f, 0))
+		w, err := os.OpenFile(f, os.O_WRONLY, 0)
+		must(t, err)
+		must(t, w.Chmod(0o600))
+		var st unix.Stat_t
+		must(t, unix.Fstat(int(w.Fd()), &st))
+		w.Close()
+		if st.Ino != want[f] {
+			t.Errorf("fstat after fchmod: inode %d, want %d", st.Ino, want[f])
+		}
+		for p, ino := range want {
+			if got := inodeNumber(t, p); got != ino || got == 0 {
+				t.Errorf("%s: inode %d after setattr, %d before", filepath.Base(p), got, ino)
+			}
+		}
+		must(t, os.Chmod(d, 0o755))
+		dotdot, err := os.Open(filepath.Join(sub, ".."))
+		must(t, err)
+		defer dotdot.Close()
+		must(t, unix.Fstat(int(dotdot.Fd()), &st))
+		if st.Ino != dir || inodeNumber(t, d) != dir {
+			t.Errorf("after chmod: sub/.. has inode %d, the directory %d; before, %d", st.Ino, inodeNumber(t, d), dir)
+		}
+	},
 	"AttrsOfOpenFile":         attrsOfOpenFile(os.O_WRONLY),
 	"AttrsOfReadOnlyOpenFile": attrsOfOpenFile(os.O_RDONLY),
 	"Permissions": func(t *testing.T, d string) {
