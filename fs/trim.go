@@ -16,7 +16,7 @@ import (
 // are open, and working directories, stay.
 
 // DefaultMaxInodes bounds the inodes the kernel holds through branch views
-// before idle views are trimmed: about 60 MB of daemon memory.
+// before idle views are trimmed: about 60 MB of the daemon's live heap.
 const DefaultMaxInodes = 100_000
 
 type viewUse struct {

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -222,6 +223,14 @@ func serve(mnt, base, storeDir string, opts fs.Options, readyFd, maxBranches int
 	// on 2 vCPUs: opendir 35 µs with 2 Ps, 21 µs with 1).
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/4))
+	}
+	// The heap is mostly nodes that live as long as the kernel's inodes,
+	// and at Go's default GOGC of 100 it grows to twice that before a
+	// collection, RSS with it: 100 branches over a 10k-file base, all
+	// stat'ed, ended at 118-172 MB over eight runs, against 90-96 MB at 50,
+	// for about 6% more daemon CPU during the walk.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(50)
 	}
 	st, err := branch.Open(storeDir, base)
 	if err != nil {
