@@ -759,3 +759,39 @@ func TestStatWhileOpenForReading(t *testing.T) {
 	m.ok("abort", b2)
 	check(b1)
 }
+
+// TestBaseFileACLs: the ACL of a base file grants and denies in every
+// view, comes along when the file is copied up, changes in a branch only
+// there, and holds in the main view as soon as a commit changes it,
+// though the kernel caches ACLs.
+func TestBaseFileACLs(t *testing.T) {
+	m := newMount(t, "")
+	p := filepath.Join(m.base, "secret")
+	writeFile(t, p, "base")
+	must(t, os.Chmod(p, 0o600))
+	must(t, unix.Setxattr(p, "system.posix_acl_access", encodeACL("u::6,u:65534:6,g::0,m::6,o::0"), 0))
+	b := m.create("b")
+	check := func(when string, dir string, script []step, want ...string) {
+		t.Helper()
+		if got := runScript(t, dir, script); !slices.Equal(got, want) {
+			t.Errorf("%s: got %q, want %q", when, got, want)
+		}
+	}
+	readers := []step{as(65534, 65534, "open", "secret", "r"), as(65533, 65533, "open", "secret", "r")}
+	check("main view", m.mnt, readers, "ok", "permission denied")
+	check("branch", b, readers, "ok", "permission denied")
+	check("write in branch", b, []step{as(65534, 65534, "write", "secret"), root("getacl", "secret")},
+		"ok", "u::6,u:65534:6,g::0,m::6,o::0")
+	wantContent(t, filepath.Join(b, "secret"), "basex")
+	wantContent(t, p, "base")
+	check("ACL changed in branch", b, append([]step{root("setacl", "secret", "u::6,g::0,o::0")}, readers...),
+		"ok", "permission denied", "permission denied")
+	check("main view after", m.mnt, readers, "ok", "permission denied")
+	check("setacl of another base file", b, []step{root("setacl", "file", "u::6,u:65533:4,g::4,m::4,o::4")}, "ok")
+	if _, err := unix.Getxattr(filepath.Join(m.base, "file"), "system.posix_acl_access", nil); err != unix.ENODATA {
+		t.Errorf("base file got an ACL from the branch: %v", err)
+	}
+	m.ok("commit", b)
+	check("main view after commit", m.mnt, append(readers, root("getacl", "file")),
+		"permission denied", "permission denied", "u::6,u:65533:4,g::4,m::4,o::4")
+}

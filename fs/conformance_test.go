@@ -1,6 +1,7 @@
 package fs_test
 
 import (
+	endian "encoding/binary"
 	"fmt"
 	"net"
 	"os"
@@ -120,6 +121,26 @@ var conformanceScripts = map[string][]step{
 		root("chmod", ".", "0755"), as(65534, 65534, "mkdir", "x", "0755"),
 		root("mkdir", strings.Repeat("n", 255), "0755"), root("mkdir", strings.Repeat("n", 256), "0755"),
 	},
+	// POSIX ACLs grant and deny as on the filesystem below: named users
+	// and groups, the mask, chmod of an ACL'd file, default ACLs that new
+	// files and directories inherit, and the setgid bit an ACL change by
+	// an owner outside the file's group drops.
+	"acl": {
+		root("create", "f", "0600"), root("setacl", "f", "u::6,u:65534:6,g::0,m::6,o::0"), root("stat", "f", "mode"),
+		root("getacl", "f"), as(65534, 65534, "open", "f", "r"), as(65534, 65534, "write", "f"),
+		as(65533, 65533, "open", "f", "r"), root("chmod", "f", "0600"), root("getacl", "f"),
+		as(65534, 65534, "open", "f", "r"), root("chmod", "f", "0660"), as(65534, 65534, "open", "f", "r"),
+		root("rmacl", "f"), root("getacl", "f"), root("stat", "f", "mode"), as(65534, 65534, "open", "f", "r"),
+		root("create", "g", "0640"), root("setacl", "g", "u::6,g::4,g:65533:6,m::6,o::0"),
+		as(65533, 65533, "write", "g"), as(65532, 65532, "open", "g", "r"),
+		root("mkdir", "d", "0755"), root("setdefacl", "d", "u::7,u:65534:7,g::5,m::7,o::5"),
+		root("getdefacl", "d"), root("create", "d/x", "0666"), root("stat", "d/x", "mode"), root("getacl", "d/x"),
+		as(65534, 65534, "write", "d/x"), root("mkdir", "d/sub", "0777"), root("stat", "d/sub", "mode"),
+		root("getacl", "d/sub"), root("getdefacl", "d/sub"), as(65534, 65534, "create", "d/sub/y", "0644"),
+		root("create", "s", "0644"), root("chown", "s", "65534", "0"), root("chmod", "s", "02775"),
+		as(65534, 65534, "setacl", "s", "u::7,u:65533:7,g::7,m::7,o::5"), root("stat", "s", "mode"),
+		as(65533, 65533, "setacl", "s", "u::7,g::7,o::5"), root("getacl", "s"),
+	},
 	"symlink": {
 		root("symlink", "target", "l"), root("readlink", "l"), root("lstat", "l", "type,size"), root("symlink", "x", "l"),
 		root("symlink", strings.Repeat("t", 1023), "long"), root("readlink", "long"), root("stat", "l", "type"),
@@ -226,6 +247,17 @@ func fsop(dir, op string, a []string) string {
 		err = unix.Setxattr(p(0), "security.capability", capSet, 0)
 	case "hascap":
 		_, err = unix.Getxattr(p(0), "security.capability", make([]byte, 64))
+	case "setacl", "setdefacl":
+		err = unix.Setxattr(p(0), aclXattr[op], encodeACL(a[1]), 0)
+	case "getacl", "getdefacl":
+		buf := make([]byte, 1024)
+		n, err := unix.Getxattr(p(0), aclXattr[op], buf)
+		if err != nil {
+			return err.Error()
+		}
+		return decodeACL(buf[:n])
+	case "rmacl":
+		err = unix.Removexattr(p(0), aclXattr["getacl"])
 	case "mkdir":
 		err = unix.Mkdir(p(0), uint32(num(1)))
 	case "mkfifo":
@@ -317,4 +349,61 @@ func statField(st *unix.Stat_t, f string) string {
 		return strconv.FormatInt(st.Mtim.Sec, 10)
 	}
 	return "?" + f
+}
+
+var aclXattr = map[string]string{
+	"setacl": "system.posix_acl_access", "getacl": "system.posix_acl_access",
+	"setdefacl": "system.posix_acl_default", "getdefacl": "system.posix_acl_default",
+}
+
+// aclTags are the tags of the ACL xattr format (acl(5) entries), in the
+// order the kernel requires them.
+var aclTags = []struct {
+	short string
+	tag   uint16
+}{{"u", 0x01}, {"g", 0x04}, {"m", 0x10}, {"o", 0x20}}
+
+// encodeACL turns "u::6,u:65534:6,g::4,m::6,o::0" into the xattr form:
+// version 2, then tag, permissions and id for each entry, little endian.
+func encodeACL(spec string) []byte {
+	out := endian.LittleEndian.AppendUint32(nil, 2)
+	for _, e := range strings.Split(spec, ",") {
+		f := strings.Split(e, ":")
+		perm, _ := strconv.Atoi(f[2])
+		id := uint32(0xffffffff)
+		var tag uint16
+		for _, t := range aclTags {
+			if t.short == f[0] {
+				tag = t.tag
+			}
+		}
+		if f[1] != "" {
+			n, _ := strconv.Atoi(f[1])
+			id = uint32(n)
+			tag <<= 1 // ACL_USER and ACL_GROUP follow their _OBJ tags
+		}
+		out = endian.LittleEndian.AppendUint16(out, tag)
+		out = endian.LittleEndian.AppendUint16(out, uint16(perm))
+		out = endian.LittleEndian.AppendUint32(out, id)
+	}
+	return out
+}
+
+// decodeACL is the inverse of encodeACL.
+func decodeACL(b []byte) string {
+	var entries []string
+	for b = b[4:]; len(b) >= 8; b = b[8:] {
+		tag, perm, id := endian.LittleEndian.Uint16(b), endian.LittleEndian.Uint16(b[2:]), endian.LittleEndian.Uint32(b[4:])
+		e := fmt.Sprintf("?%x::%d", tag, perm)
+		for _, t := range aclTags {
+			switch tag {
+			case t.tag:
+				e = fmt.Sprintf("%s::%d", t.short, perm)
+			case t.tag << 1:
+				e = fmt.Sprintf("%s:%d:%d", t.short, id, perm)
+			}
+		}
+		entries = append(entries, e)
+	}
+	return strings.Join(entries, ",")
 }

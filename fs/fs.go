@@ -109,10 +109,13 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		FsName:      store.Base(),
 		Name:        "branchfs",
 		DirectMount: true,
-		// The kernel checks permissions against the attributes we report,
-		// as it would on the underlying filesystem.
-		Options:  []string{"default_permissions"},
-		MaxWrite: 1 << 20,
+		// The kernel checks permissions against the attributes and POSIX
+		// ACLs we report, as it would on the underlying filesystem.
+		// Without EnableAcl it would ignore ACLs in its checks, and ask
+		// us for them on every getxattr instead of caching them.
+		Options:   []string{"default_permissions"},
+		EnableAcl: true,
+		MaxWrite:  1 << 20,
 		// Reads answer with bytes already read (pread): one writev to
 		// the device beats a detour through a pipe.
 		DisableSplice: true,
@@ -120,8 +123,9 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		// O_TRUNC comes with the open instead of as a setattr after it,
 		// so that rewriting a base file in a branch copies none of its
 		// old bytes up first. Setuid and setgid are dropped here
-		// (killpriv.go), which spares a GETXATTR before every write.
-		ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
+		// (killpriv.go), which spares a GETXATTR before every write;
+		// and setgid on an ACL change, which SETXATTR_EXT flags.
+		ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_SETXATTR_EXT,
 		Debug:             opts.Debug,
 	}
 	if opts.Passthrough == PassthroughOff {

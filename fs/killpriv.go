@@ -99,6 +99,23 @@ func (k *killPriv) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse
 	return st
 }
 
+// SetXAttr: an ACL change by a caller outside the file's group and
+// without CAP_FSETID drops setgid, as the filesystem below would for that
+// caller but not for the daemon. The kernel decides, and says so with
+// SETXATTR_ACL_KILL_SGID (sent only with CAP_SETXATTR_EXT).
+func (k *killPriv) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
+	st := k.RawFileSystem.SetXAttr(cancel, in, attr, data)
+	if !st.Ok() || in.SetXAttrFlags&fuse.SETXATTR_ACL_KILL_SGID == 0 {
+		return st
+	}
+	var out fuse.AttrOut
+	if st := k.RawFileSystem.GetAttr(cancel, &fuse.GetAttrIn{InHeader: in.InHeader}, &out); !st.Ok() || out.Mode&syscall.S_ISGID == 0 {
+		return st
+	}
+	set := fuse.SetAttrIn{SetAttrInCommon: fuse.SetAttrInCommon{InHeader: in.InHeader, Valid: fuse.FATTR_MODE, Mode: out.Mode &^ syscall.S_ISGID & 07777}}
+	return k.RawFileSystem.SetAttr(cancel, &set, &out)
+}
+
 // kill drops setuid, and setgid where the kernel would for an
 // unprivileged caller: with group execute, or when the caller is not in
 // the file's group. out, if given, receives the attributes after.
