@@ -164,17 +164,17 @@ func (l *layer) parent(rel string) (int, string, error) {
 	return fd, name, err
 }
 
-// isOpaque reports whether the directory rel is marked opaque.
+// isOpaque reports whether the directory rel (not the root) is marked opaque.
 func (l *layer) isOpaque(rel string) bool {
 	if !l.delta {
 		return false
 	}
-	fd, err := l.open(rel, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
+	pfd, name, err := l.parent(rel)
 	if err != nil {
 		return false
 	}
-	defer unix.Close(fd)
-	_, err = unix.Getxattr(procPath(fd), opaqueXattr, nil)
+	defer unix.Close(pfd)
+	_, err = getxattrAt(pfd, name, opaqueXattr, nil)
 	return err == nil
 }
 

@@ -599,28 +599,14 @@ func (v *View) Readlink(rel string) (string, error) {
 	return v.layers[e.Layer].readlink(rel)
 }
 
-// withPath calls fn with a /proc path for rel in the layer that shows it.
-func (v *View) withPath(rel string, fn func(p string) error) error {
-	e, err := v.Stat(rel)
-	if err != nil {
-		return err
-	}
-	fd, err := v.layers[e.Layer].open(rel, unix.O_PATH|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	return fn(procPath(fd))
-}
-
 // GetXattr reads an extended attribute into buf (nil: report its size).
 func (v *View) GetXattr(rel, name string, buf []byte) (int, error) {
 	if IsInternalXattr(name) {
 		return 0, unix.ENODATA
 	}
 	var n int
-	err := v.withPath(rel, func(p string) (err error) {
-		n, err = unix.Getxattr(p, name, buf)
+	err := v.atShown(rel, func(dirfd int, base string) (err error) {
+		n, err = getxattrAt(dirfd, base, name, buf)
 		return err
 	})
 	return n, err
@@ -636,13 +622,12 @@ func FdGetXattr(fd int, name string, buf []byte) (int, error) {
 
 // ListXattr lists extended attribute names, without internal ones.
 func (v *View) ListXattr(rel string) ([]string, error) {
-	var names []string
-	err := v.withPath(rel, func(p string) error {
-		all, err := listXattrs(p)
-		names = withoutInternal(all)
+	var all []string
+	err := v.atShown(rel, func(dirfd int, base string) (err error) {
+		all, err = xattrNames(func(buf []byte) (int, error) { return listxattrAt(dirfd, base, buf) })
 		return err
 	})
-	return names, err
+	return withoutInternal(all), err
 }
 
 // FdListXattr is ListXattr for a file open on fd.

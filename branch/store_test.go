@@ -326,3 +326,54 @@ func TestStatAgreesWithLookup(t *testing.T) {
 		t.Errorf("e/sub under an opaque e: %v, want ENOENT", err)
 	}
 }
+
+// Xattrs come from the layer that shows a name, through getxattrat(2)
+// where the kernel has it and through /proc paths where it does not.
+func TestXattrsOfShownLayer(t *testing.T) {
+	for _, procPaths := range []bool{false, true} {
+		noXattrAt.Store(procPaths)
+		s, base := newStore(t)
+		for _, rel := range []string{"f", "d/x", "d"} {
+			if err := unix.Setxattr(filepath.Join(base, rel), "user.k", []byte("base"), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a, _ := s.Create("a", MainName)
+		if err := a.SetXattr("d/x", "user.k", []byte("a"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Unlink("f"); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Rmdir("d/x"); !errors.Is(err, unix.ENOTDIR) {
+			t.Fatalf("rmdir of a file: %v", err)
+		}
+		b, _ := s.Create("b", "a")
+		for _, c := range []struct {
+			v       *View
+			rel     string
+			want    string
+			wantErr error
+		}{
+			{s.Main(), "f", "base", nil}, {s.Main(), "d/x", "base", nil}, {a, "d/x", "a", nil}, {b, "d/x", "a", nil},
+			{a, "d", "base", nil}, {a, "f", "", unix.ENOENT}, {b, "f", "", unix.ENOENT}, {a, "d/nope", "", unix.ENOENT},
+		} {
+			buf := make([]byte, 16)
+			n, err := c.v.GetXattr(c.rel, "user.k", buf)
+			if !errors.Is(err, c.wantErr) || (err == nil && string(buf[:n]) != c.want) {
+				t.Errorf("proc paths %v: %s %q: %q, %v; want %q, %v", procPaths, c.v.Name(), c.rel, buf[:max(n, 0)], err, c.want, c.wantErr)
+			}
+			names, err := c.v.ListXattr(c.rel)
+			if !errors.Is(err, c.wantErr) || (err == nil && !slices.Equal(names, []string{"user.k"})) {
+				t.Errorf("proc paths %v: list %s %q: %q, %v", procPaths, c.v.Name(), c.rel, names, err)
+			}
+		}
+		if n, err := a.GetXattr("d/x", "user.k", nil); n != 1 || err != nil {
+			t.Errorf("size of a's user.k: %d, %v; want 1", n, err)
+		}
+		if _, err := a.GetXattr("d/x", "user.k", make([]byte, 0, 1)[:0:0]); err != nil {
+			t.Errorf("size query with an empty buffer: %v", err)
+		}
+	}
+	noXattrAt.Store(false)
+}

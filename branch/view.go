@@ -221,6 +221,54 @@ func (v *View) lookupTomb(parentLayers []int, rel, name string, merge bool) (*En
 	return e, tomb, nil
 }
 
+// atShown calls fn with a directory (O_PATH) and a name in it that stand
+// for rel in the layer that shows it, for the *at system calls: one walk
+// of rel's parent, where a Stat and then an open of rel take two. The
+// view root is "." in its top directory.
+func (v *View) atShown(rel string, fn func(dirfd int, name string) error) error {
+	dir, name := path.Split(rel)
+	dir = trimSlash(dir)
+	var layers []int
+	if rel == "" {
+		name, layers = ".", v.rootDirs()[:1]
+	} else {
+		if name == "." || name == ".." {
+			return unix.EINVAL
+		}
+		var err error
+		if layers, err = v.dirLayers(dir); err != nil {
+			return err
+		}
+	}
+	for _, i := range layers {
+		l := v.layers[i]
+		pfd, err := l.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+		if isNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if l.delta {
+			var st unix.Stat_t
+			err = unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+			if err == nil && isWhiteout(&st) {
+				unix.Close(pfd)
+				return unix.ENOENT
+			}
+		}
+		if err == nil {
+			// In the base, fn's ENOENT tells that the name is not there.
+			err = fn(pfd, name)
+		}
+		unix.Close(pfd)
+		if !isNotExist(err) {
+			return err
+		}
+	}
+	return unix.ENOENT
+}
+
 // dirLayers returns the layers that directory rel merges, top first.
 func (v *View) dirLayers(rel string) ([]int, error) {
 	if rel == "" {

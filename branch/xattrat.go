@@ -1,0 +1,93 @@
+package branch
+
+import (
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Reading the xattrs of a name in a directory: getxattrat(2) and
+// listxattrat(2) (Linux 6.13) take a directory descriptor and a name, as
+// the other *at calls do. Before them the way was to open the name O_PATH
+// and pass its /proc/self/fd path, which costs an open, a close and a walk
+// through procfs and a magic link. Neither follows a final symlink.
+
+// noXattrAt is set once the kernel has answered ENOSYS.
+var noXattrAt atomic.Bool
+
+// xattrArgs is the kernel's struct xattr_args.
+type xattrArgs struct {
+	value uint64
+	size  uint32
+	flags uint32
+}
+
+// getxattrAt reads attribute attr of name in directory dirfd into buf
+// (empty: reports its size).
+func getxattrAt(dirfd int, name, attr string, buf []byte) (int, error) {
+	if noXattrAt.Load() {
+		return viaProcPath(dirfd, name, func(p string) (int, error) { return unix.Getxattr(p, attr, buf) })
+	}
+	np, err := unix.BytePtrFromString(name)
+	if err != nil {
+		return 0, err
+	}
+	ap, err := unix.BytePtrFromString(attr)
+	if err != nil {
+		return 0, err
+	}
+	args := xattrArgs{size: uint32(len(buf))}
+	if len(buf) > 0 {
+		args.value = uint64(uintptr(unsafe.Pointer(&buf[0])))
+	}
+	n, _, errno := unix.Syscall6(unix.SYS_GETXATTRAT, uintptr(dirfd), uintptr(unsafe.Pointer(np)),
+		unix.AT_SYMLINK_NOFOLLOW, uintptr(unsafe.Pointer(ap)), uintptr(unsafe.Pointer(&args)), unsafe.Sizeof(args))
+	runtime.KeepAlive(buf)
+	if errno == unix.ENOSYS {
+		noXattrAt.Store(true)
+		return getxattrAt(dirfd, name, attr, buf)
+	}
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
+
+// listxattrAt lists the attribute names of name in directory dirfd into
+// buf (empty: reports the list's size).
+func listxattrAt(dirfd int, name string, buf []byte) (int, error) {
+	if noXattrAt.Load() {
+		return viaProcPath(dirfd, name, func(p string) (int, error) { return unix.Listxattr(p, buf) })
+	}
+	np, err := unix.BytePtrFromString(name)
+	if err != nil {
+		return 0, err
+	}
+	var list unsafe.Pointer
+	if len(buf) > 0 {
+		list = unsafe.Pointer(&buf[0])
+	}
+	n, _, errno := unix.Syscall6(unix.SYS_LISTXATTRAT, uintptr(dirfd), uintptr(unsafe.Pointer(np)),
+		unix.AT_SYMLINK_NOFOLLOW, uintptr(list), uintptr(len(buf)), 0)
+	runtime.KeepAlive(buf)
+	if errno == unix.ENOSYS {
+		noXattrAt.Store(true)
+		return listxattrAt(dirfd, name, buf)
+	}
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
+
+// viaProcPath calls fn with the /proc path of name in dirfd, opened O_PATH.
+func viaProcPath(dirfd int, name string, fn func(p string) (int, error)) (int, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	return fn(procPath(fd))
+}
