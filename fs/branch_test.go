@@ -763,13 +763,16 @@ func TestStatWhileOpenForReading(t *testing.T) {
 // TestBaseFileACLs: the ACL of a base file grants and denies in every
 // view, comes along when the file is copied up, changes in a branch only
 // there, and holds in the main view as soon as a commit changes it,
-// though the kernel caches ACLs.
+// though the kernel caches ACLs. A base directory's default ACL applies
+// to files made in it in a branch.
 func TestBaseFileACLs(t *testing.T) {
 	m := newMount(t, "")
 	p := filepath.Join(m.base, "secret")
 	writeFile(t, p, "base")
 	must(t, os.Chmod(p, 0o600))
 	must(t, unix.Setxattr(p, "system.posix_acl_access", encodeACL("u::6,u:65534:6,g::0,m::6,o::0"), 0))
+	must(t, os.Mkdir(filepath.Join(m.base, "shared"), 0o775))
+	must(t, unix.Setxattr(filepath.Join(m.base, "shared"), "system.posix_acl_default", encodeACL("u::7,g::7,o::5"), 0))
 	b := m.create("b")
 	check := func(when string, dir string, script []step, want ...string) {
 		t.Helper()
@@ -787,6 +790,9 @@ func TestBaseFileACLs(t *testing.T) {
 	check("ACL changed in branch", b, append([]step{root("setacl", "secret", "u::6,g::0,o::0")}, readers...),
 		"ok", "permission denied", "permission denied")
 	check("main view after", m.mnt, readers, "ok", "permission denied")
+	// The base directory's default ACL, not the umask, decides.
+	check("create under a default ACL", b, []step{root("umask", "022", "create", "shared/new", "0666"),
+		root("stat", "shared/new", "mode"), root("getacl", "shared/new")}, "ok", "mode=664", "no data available")
 	check("setacl of another base file", b, []step{root("setacl", "file", "u::6,u:65533:4,g::4,m::4,o::4")}, "ok")
 	if _, err := unix.Getxattr(filepath.Join(m.base, "file"), "system.posix_acl_access", nil); err != unix.ENODATA {
 		t.Errorf("base file got an ACL from the branch: %v", err)

@@ -137,6 +137,11 @@ var conformanceScripts = map[string][]step{
 		root("getdefacl", "d"), root("create", "d/x", "0666"), root("stat", "d/x", "mode"), root("getacl", "d/x"),
 		as(65534, 65534, "write", "d/x"), root("mkdir", "d/sub", "0777"), root("stat", "d/sub", "mode"),
 		root("getacl", "d/sub"), root("getdefacl", "d/sub"), as(65534, 65534, "create", "d/sub/y", "0644"),
+		root("umask", "022", "create", "d/u", "0666"), root("stat", "d/u", "mode"),
+		root("umask", "022", "mkdir", "d/v", "0777"), root("stat", "d/v", "mode"),
+		root("umask", "027", "mkfifo", "d/w", "0666"), root("stat", "d/w", "mode"),
+		root("umask", "022", "create", "u", "0666"), root("stat", "u", "mode"),
+		root("umask", "077", "mkdir", "v", "0777"), root("stat", "v", "mode"),
 		root("create", "s", "0644"), root("chown", "s", "65534", "0"), root("chmod", "s", "02775"),
 		as(65534, 65534, "setacl", "s", "u::7,u:65533:7,g::7,m::7,o::5"), root("stat", "s", "mode"),
 		as(65533, 65533, "setacl", "s", "u::7,g::7,o::5"), root("getacl", "s"),
@@ -216,7 +221,13 @@ func fsopHelper() {
 }
 
 func fsop(dir, op string, a []string) string {
-	syscall.Umask(0)
+	mask := 0
+	if op == "umask" { // umask MASK OP ARGS...: OP under that umask
+		m, _ := strconv.ParseUint(a[0], 8, 32)
+		mask, op, a = int(m), a[1], a[2:]
+	}
+	syscall.Umask(mask)
+	defer syscall.Umask(0)
 	p := func(i int) string { return filepath.Join(dir, a[i]) }
 	num := func(i int) int {
 		n, _ := strconv.ParseInt(a[i], 0, 64)

@@ -124,9 +124,11 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		// so that rewriting a base file in a branch copies none of its
 		// old bytes up first. Setuid and setgid are dropped here
 		// (killpriv.go), which spares a GETXATTR before every write;
-		// and setgid on an ACL change, which SETXATTR_EXT flags.
-		ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_SETXATTR_EXT,
-		Debug:             opts.Debug,
+		// and setgid on an ACL change, which SETXATTR_EXT flags. The
+		// umask is applied here too (umask.go).
+		ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_SETXATTR_EXT |
+			fuse.CAP_DONT_MASK,
+		Debug: opts.Debug,
 	}
 	if opts.Passthrough == PassthroughOff {
 		mo.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
@@ -139,7 +141,7 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		RootStableAttr:  &gofs.StableAttr{Ino: ino, Gen: gen},
 		Logger:          log.New(os.Stderr, "branchfs: ", log.LstdFlags),
 	})
-	server, err := fuse.NewServer(&killPriv{newRawDirs(nodeFS)}, mnt, &mo)
+	server, err := fuse.NewServer(&killPriv{&aclUmask{newRawDirs(nodeFS)}}, mnt, &mo)
 	if err != nil {
 		return nil, err
 	}
