@@ -72,7 +72,9 @@ type FS struct {
 	store  *branch.Store
 	opts   Options
 	root   *Node
-	server *fuse.Server
+	mnt    string
+	loop   *requestLoop
+	server *fuse.Server // answers INIT, sends notifications, registers backing files
 	start  time.Time
 
 	mu    sync.Mutex
@@ -141,20 +143,57 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		RootStableAttr:  &gofs.StableAttr{Ino: ino, Gen: gen},
 		Logger:          log.New(os.Stderr, "branchfs: ", log.LstdFlags),
 	})
-	server, err := fuse.NewServer(&killPriv{&aclUmask{newRawDirs(nodeFS)}}, mnt, &mo)
+	raw := &killPriv{&aclUmask{newRawDirs(nodeFS)}}
+	f.mnt = mnt
+	if os.Getenv("BRANCHFS_REQUEST_LOOP") == "go-fuse" {
+		server, err := fuse.NewServer(raw, mnt, &mo)
+		if err != nil {
+			return nil, err
+		}
+		go server.Serve()
+		if err := server.WaitMount(); err != nil {
+			return nil, err
+		}
+		f.server = server
+		return f, nil
+	}
+	loop, server, err := newRequestLoop(raw, mnt, mo)
 	if err != nil {
 		return nil, err
 	}
-	go server.Serve()
-	if err := server.WaitMount(); err != nil {
-		return nil, err
-	}
-	f.server = server
+	f.loop, f.server = loop, server
+	go loop.serve()
 	return f, nil
 }
 
-// Server is the FUSE server, for Wait and Unmount.
-func (f *FS) Server() *fuse.Server { return f.server }
+// Unmount unmounts the file system, retrying while the kernel still
+// counts it busy, and waits for the request loop to end.
+func (f *FS) Unmount() error {
+	if f.loop == nil {
+		return f.server.Unmount()
+	}
+	var err error
+	for try, delay := 0, 5*time.Millisecond; try < 5; try, delay = try+1, 2*delay {
+		if err = syscall.Unmount(f.mnt, 0); err != syscall.EBUSY {
+			break
+		}
+		time.Sleep(delay)
+	}
+	if err != nil {
+		return err
+	}
+	f.Wait()
+	return nil
+}
+
+// Wait waits for the request loop to end: the file system was unmounted.
+func (f *FS) Wait() {
+	if f.loop == nil {
+		f.server.Wait()
+		return
+	}
+	<-f.loop.done
+}
 
 // Node is a file, directory or special file of one view.
 type Node struct {

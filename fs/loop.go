@@ -1,0 +1,264 @@
+package fs
+
+import (
+	"fmt"
+	"log"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/branchfs/branchfs/kernel"
+)
+
+// The daemon reads the kernel's requests with a loop of its own instead of
+// go-fuse's Serve. go-fuse's readers wait in read(2) as ordinary system
+// calls; the Go runtime then takes the blocked reader's P back (sysmon
+// polls every 20 µs while it does), and a woken reader whose P is gone, or
+// held by another reader blocked in read(2), has to wait for a thread
+// handoff. Per request that woke one or two more threads on other CPUs,
+// each wake costing tens of µs on a small VM, and kept sysmon busy: 60% of
+// the daemon's CPU during git status.
+//
+// requestLoop has one reader. It waits in ppoll(2) made as a raw system
+// call, which the runtime does not see: the goroutine keeps its P, nothing
+// is handed off and no other thread wakes; the kernel wakes the reader,
+// which answers and waits again, as a single-threaded C daemon does.
+// Requests that may take long (a copy-up, a commit, an fsync) are answered
+// on goroutines of their own, so that they hold up no other request.
+//
+// The runtime still has to be able to stop the reader, to collect garbage
+// or to preempt it: it does so with a signal, which ends ppoll with EINTR
+// (poll calls are never restarted), after which the reader yields. A
+// reader idle for fastWait blocks in read(2) instead, so that an idle
+// daemon lets the runtime sleep; the first request after that pays the
+// handoff.
+type requestLoop struct {
+	fd  int
+	ps  *fuse.ProtocolServer
+	raw fuse.RawFileSystem
+
+	// On the heap, where they stay put, for the raw ppoll.
+	pfd  [1]unix.PollFd
+	idle unix.Timespec
+
+	bufSize int
+	bufMu   sync.Mutex
+	bufs    []*loopBuf // free buffers
+
+	workers sync.WaitGroup
+	done    chan struct{}
+}
+
+// fastWait is how long the reader waits keeping its P before it waits the
+// ordinary way.
+const fastWait = time.Second
+
+// A loopBuf holds one request and its reply. The largest request is a
+// write of MaxWrite bytes, the largest reply a read of as many.
+type loopBuf struct {
+	in, out []byte
+}
+
+// Opcodes from linux/fuse.h (go-fuse does not export them).
+const (
+	opSetattr       = 4
+	opRename        = 12
+	opLink          = 13
+	opOpen          = 14
+	opFsync         = 20
+	opSetxattr      = 21
+	opRemovexattr   = 24
+	opFsyncdir      = 30
+	opCreate        = 35
+	opIoctl         = 39
+	opFallocate     = 43
+	opRename2       = 45
+	opCopyFileRange = 47
+)
+
+// mountDevice opens /dev/fuse and mounts it at mnt as go-fuse's direct
+// mount would, returning the device's descriptor.
+func mountDevice(mnt string, mo *fuse.MountOptions) (int, error) {
+	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	data := []string{
+		fmt.Sprintf("fd=%d", fd),
+		"rootmode=40000",
+		fmt.Sprintf("user_id=%d", os.Geteuid()),
+		fmt.Sprintf("group_id=%d", os.Getegid()),
+		fmt.Sprintf("max_read=%d", mo.MaxWrite),
+	}
+	data = append(data, mo.Options...)
+	if mo.AllowOther {
+		data = append(data, "allow_other")
+	}
+	err = unix.Mount(mo.FsName, mnt, "fuse."+mo.Name, unix.MS_NOSUID|unix.MS_NODEV, strings.Join(data, ","))
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// newRequestLoop mounts raw at mnt. The returned server has answered the
+// kernel's INIT and serves notifications and passthrough backing files;
+// the loop answers everything else once serve runs.
+func newRequestLoop(raw fuse.RawFileSystem, mnt string, mo fuse.MountOptions) (*requestLoop, *fuse.Server, error) {
+	fd, err := mountDevice(mnt, &mo)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mount: %w", err)
+	}
+	// NewServer reads and answers INIT from the descriptor and calls
+	// raw.Init with itself; its Serve is never called.
+	mo.DirectMount = false
+	srv, err := fuse.NewServer(raw, fmt.Sprintf("/dev/fd/%d", fd), &mo)
+	if err != nil {
+		unix.Unmount(mnt, unix.MNT_DETACH)
+		return nil, nil, err
+	}
+	l := &requestLoop{fd: fd, ps: fuse.NewProtocolServer(raw, &mo), raw: raw, done: make(chan struct{}),
+		bufSize: mo.MaxWrite + os.Getpagesize()} // headers and argument structures fit in a page
+	l.pfd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+	// The protocol server parses requests by the kernel's version and the
+	// flags negotiated at INIT: give it the same INIT the server answered.
+	init := srv.KernelSettings()
+	b := l.getBuf()
+	if _, st := l.ps.HandleRequest([][]byte{unsafe.Slice((*byte)(unsafe.Pointer(init)), unsafe.Sizeof(*init))}, [][]byte{b.out}); !st.Ok() {
+		unix.Unmount(mnt, unix.MNT_DETACH)
+		return nil, nil, fmt.Errorf("init: %v", st)
+	}
+	l.putBuf(b)
+	return l, srv, nil
+}
+
+// serve answers requests until the file system is unmounted.
+func (l *requestLoop) serve() {
+	defer close(l.done)
+	b := l.getBuf()
+	for {
+		n, err := l.read(b.in)
+		if err == unix.ENOENT || err == unix.EINTR {
+			continue // the request was interrupted before we read it
+		}
+		if err != nil {
+			if err != unix.ENODEV {
+				log.Printf("reading requests: %v", err)
+			}
+			break
+		}
+		if mayBlock(b.in[:n]) {
+			l.workers.Add(1)
+			go func(b *loopBuf) {
+				defer l.workers.Done()
+				l.answer(b, n)
+				l.putBuf(b)
+			}(b)
+			b = l.getBuf()
+			continue
+		}
+		l.answer(b, n)
+	}
+	l.workers.Wait()
+	l.raw.OnUnmount()
+}
+
+// read waits for a request and reads it into buf.
+func (l *requestLoop) read(buf []byte) (int, error) {
+	for {
+		l.pfd[0].Revents = 0
+		l.idle = unix.NsecToTimespec(int64(fastWait)) // ppoll leaves the time left in it
+		_, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&l.pfd[0])), 1,
+			uintptr(unsafe.Pointer(&l.idle)), 0, 0, 0)
+		switch {
+		case errno == unix.EINTR:
+			// Most likely the runtime asking to stop this goroutine:
+			// to collect garbage, or because it has run for 10 ms
+			// without rescheduling.
+			runtime.Gosched()
+			continue
+		case errno != 0:
+			return 0, errno
+		}
+		// A request (POLLIN), the end of the connection (POLLERR, and
+		// read says ENODEV), or fastWait without one: read blocks then,
+		// as an ordinary system call the runtime can hand the P off
+		// from, and which signals do not end.
+		return unix.Read(l.fd, buf)
+	}
+}
+
+// answer handles the request in b.in[:n] and writes the reply.
+func (l *requestLoop) answer(b *loopBuf, n int) {
+	req := b.in[:n]
+	size, st := l.ps.HandleRequest([][]byte{req}, [][]byte{b.out})
+	if size == 0 {
+		if st.Ok() {
+			return // no reply wanted (FORGET, INTERRUPT)
+		}
+		// A request go-fuse could not parse: the caller still waits.
+		h := (*fuse.OutHeader)(unsafe.Pointer(&b.out[0]))
+		*h = fuse.OutHeader{Length: uint32(unsafe.Sizeof(*h)), Status: -int32(syscall.EIO),
+			Unique: (*fuse.InHeader)(unsafe.Pointer(&req[0])).Unique}
+		size = int(h.Length)
+	}
+	// ENOENT: the caller was interrupted and the kernel dropped the request.
+	if _, err := unix.Write(l.fd, b.out[:size]); err != nil && err != unix.ENOENT && err != unix.ENODEV {
+		log.Printf("writing reply: %v", err)
+	}
+}
+
+// mayBlock says whether a request may take long enough to hold up others:
+// those that may copy a file up, sync, or commit a branch.
+func mayBlock(req []byte) bool {
+	h := (*fuse.InHeader)(unsafe.Pointer(&req[0]))
+	switch h.Opcode {
+	case opOpen:
+		if len(req) < int(unsafe.Sizeof(fuse.OpenIn{})) {
+			return false
+		}
+		flags := (*fuse.OpenIn)(unsafe.Pointer(&req[0])).Flags
+		return flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
+	case opCreate:
+		// O_EXCL makes a new file; without it an existing one may be
+		// opened for writing.
+		if len(req) < int(unsafe.Sizeof(fuse.CreateIn{})) {
+			return false
+		}
+		return (*fuse.CreateIn)(unsafe.Pointer(&req[0])).Flags&syscall.O_EXCL == 0
+	case opIoctl:
+		if len(req) < int(unsafe.Sizeof(fuse.IoctlIn{})) {
+			return false
+		}
+		return (*fuse.IoctlIn)(unsafe.Pointer(&req[0])).Cmd == kernel.FS_IOC_BRANCH_COMMIT
+	case opSetattr, opRename, opRename2, opLink, opSetxattr, opRemovexattr,
+		opFsync, opFsyncdir, opFallocate, opCopyFileRange:
+		return true
+	}
+	return false
+}
+
+func (l *requestLoop) getBuf() *loopBuf {
+	l.bufMu.Lock()
+	defer l.bufMu.Unlock()
+	if n := len(l.bufs); n > 0 {
+		b := l.bufs[n-1]
+		l.bufs = l.bufs[:n-1]
+		return b
+	}
+	return &loopBuf{in: make([]byte, l.bufSize), out: make([]byte, l.bufSize)}
+}
+
+func (l *requestLoop) putBuf(b *loopBuf) {
+	l.bufMu.Lock()
+	l.bufs = append(l.bufs, b)
+	l.bufMu.Unlock()
+}
