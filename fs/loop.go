@@ -257,8 +257,14 @@ func (l *requestLoop) getBuf() *loopBuf {
 	return &loopBuf{in: make([]byte, l.bufSize), out: make([]byte, l.bufSize)}
 }
 
+// maxFreeBufs bounds the buffers kept for later requests: a burst of
+// concurrent slow requests leaves no lasting 2 MiB apiece.
+const maxFreeBufs = 4
+
 func (l *requestLoop) putBuf(b *loopBuf) {
 	l.bufMu.Lock()
-	l.bufs = append(l.bufs, b)
+	if len(l.bufs) < maxFreeBufs {
+		l.bufs = append(l.bufs, b)
+	}
 	l.bufMu.Unlock()
 }
