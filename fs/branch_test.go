@@ -314,6 +314,71 @@ func TestBranchNameShowsAtOnce(t *testing.T) {
 	wantMissing(t, filepath.Join(x, "mine"))
 }
 
+// TestCreateNotifiesWhileRootLookupsWait: a create that has to drop a
+// name the kernel holds (the root of a branch just aborted) tells the
+// kernel so while lookups in the mount root wait for their answers. The
+// kernel drops a name under its directory's lock, which a lookup holds
+// until answered: with no other reader the two would wait for each other.
+func TestCreateNotifiesWhileRootLookupsWait(t *testing.T) {
+	m := newMount(t, "")
+	var st unix.Stat_t
+	must(t, unix.Stat(m.mnt, &st))
+	stop := make(chan struct{})
+	var lookups sync.WaitGroup
+	lookups.Add(1)
+	go func() {
+		defer lookups.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+				os.Lstat(filepath.Join(m.mnt, fmt.Sprintf("missing-%d", i))) // a new name each time: no negative entry
+			}
+		}
+	}()
+	done := make(chan error, 1)
+	go func() {
+		x := m.view("x")
+		ctl := filepath.Join(m.mnt, ".branchfs_ctl")
+		if err := os.WriteFile(ctl, []byte("create:x"), 0o644); err != nil {
+			done <- err
+			return
+		}
+		for i := 0; i < 100; i++ {
+			if _, err := os.Stat(filepath.Join(x, "file")); err != nil {
+				done <- err
+				return
+			}
+			// Abort and create again before the kernel drops the old
+			// root (fs.cleanupDelay): the create must drop it.
+			if err := os.WriteFile(filepath.Join(x, ".branchfs_ctl"), []byte("abort"), 0o644); err != nil {
+				done <- err
+				return
+			}
+			if err := os.WriteFile(ctl, []byte("create:x"), 0o644); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		must(t, err)
+	case <-time.After(time.Minute):
+		// Free the waiting processes before failing.
+		conns := "/sys/fs/fuse/connections"
+		if err := unix.Mount("fusectl", conns, "fusectl", 0, ""); err == nil {
+			defer unix.Unmount(conns, 0)
+		}
+		os.WriteFile(fmt.Sprintf("%s/%d/abort", conns, unix.Minor(st.Dev)), []byte("1"), 0o200)
+		t.Error("creates and lookups in the mount root wait for each other")
+	}
+	close(stop)
+	lookups.Wait()
+}
+
 func TestBadInput(t *testing.T) {
 	m := newMount(t, "")
 	for _, name := range []string{"", ".hidden", "a/b", "a b", "..", strings.Repeat("x", 128), "ü", "main"} {

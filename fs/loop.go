@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -214,6 +215,34 @@ func (l *requestLoop) answer(b *loopBuf, n int) {
 	if _, err := unix.Write(l.fd, b.out[:size]); err != nil && err != unix.ENOENT && err != unix.ENODEV {
 		log.Printf("writing reply: %v", err)
 	}
+}
+
+// serveWhile runs fn, which writes to the kernel something it may have to
+// wait for, with a second reader answering requests meanwhile. Dropping a
+// name takes its directory's lock in the kernel, which a caller may hold
+// while its request waits to be read: the lookup of another name in that
+// directory, say. With the one reader busy in fn, neither would go on.
+func (l *requestLoop) serveWhile(fn func()) {
+	var done atomic.Bool
+	l.workers.Add(1)
+	go func() {
+		defer l.workers.Done()
+		b := l.getBuf()
+		defer l.putBuf(b)
+		// It leaves after the first request read once fn is done.
+		for !done.Load() {
+			n, err := unix.Read(l.fd, b.in)
+			if err == unix.ENOENT || err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return
+			}
+			l.answer(b, n)
+		}
+	}()
+	fn()
+	done.Store(true)
 }
 
 // mayBlock says whether a request may take long enough to hold up others:
