@@ -314,12 +314,13 @@ func TestBranchNameShowsAtOnce(t *testing.T) {
 	wantMissing(t, filepath.Join(x, "mine"))
 }
 
-// TestCreateNotifiesWhileRootLookupsWait: a create that has to drop a
-// name the kernel holds (the root of a branch just aborted) tells the
-// kernel so while lookups in the mount root wait for their answers. The
-// kernel drops a name under its directory's lock, which a lookup holds
-// until answered: with no other reader the two would wait for each other.
-func TestCreateNotifiesWhileRootLookupsWait(t *testing.T) {
+// TestNotifyWhileRootLookupsWait: a commit that drops names in the mount
+// root, and a create that has to drop one the kernel holds (the root of a
+// branch just committed), tell the kernel so while lookups in the mount
+// root wait for their answers. The kernel drops a name under its
+// directory's lock, which a lookup holds until answered: with no other
+// reader the two would wait for each other.
+func TestNotifyWhileRootLookupsWait(t *testing.T) {
 	m := newMount(t, "")
 	var st unix.Stat_t
 	must(t, unix.Stat(m.mnt, &st))
@@ -339,29 +340,29 @@ func TestCreateNotifiesWhileRootLookupsWait(t *testing.T) {
 	}()
 	done := make(chan error, 1)
 	go func() {
-		x := m.view("x")
-		ctl := filepath.Join(m.mnt, ".branchfs_ctl")
-		if err := os.WriteFile(ctl, []byte("create:x"), 0o644); err != nil {
-			done <- err
-			return
-		}
-		for i := 0; i < 100; i++ {
-			if _, err := os.Stat(filepath.Join(x, "file")); err != nil {
-				done <- err
-				return
-			}
-			// Abort and create again before the kernel drops the old
-			// root (fs.cleanupDelay): the create must drop it.
-			if err := os.WriteFile(filepath.Join(x, ".branchfs_ctl"), []byte("abort"), 0o644); err != nil {
-				done <- err
-				return
-			}
+		done <- func() error {
+			x := m.view("x")
+			ctl := filepath.Join(m.mnt, ".branchfs_ctl")
 			if err := os.WriteFile(ctl, []byte("create:x"), 0o644); err != nil {
-				done <- err
-				return
+				return err
 			}
-		}
-		done <- nil
+			for i := 0; i < 100; i++ {
+				// Through the control files, whose writes are answered on
+				// the daemon's reader.
+				if err := os.WriteFile(filepath.Join(x, fmt.Sprintf("new-%d", i)), nil, 0o644); err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(x, ".branchfs_ctl"), []byte("commit"), 0o644); err != nil {
+					return err
+				}
+				// Before the kernel drops the committed branch's root
+				// (fs.cleanupDelay): the create must drop it.
+				if err := os.WriteFile(ctl, []byte("create:x"), 0o644); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
 	}()
 	select {
 	case err := <-done:
@@ -373,7 +374,7 @@ func TestCreateNotifiesWhileRootLookupsWait(t *testing.T) {
 			defer unix.Unmount(conns, 0)
 		}
 		os.WriteFile(fmt.Sprintf("%s/%d/abort", conns, unix.Minor(st.Dev)), []byte("1"), 0o200)
-		t.Error("creates and lookups in the mount root wait for each other")
+		t.Error("notifications and lookups in the mount root wait for each other")
 	}
 	close(stop)
 	lookups.Wait()

@@ -170,7 +170,7 @@ func (f *FS) commit(v *branch.View) error {
 	if err != nil {
 		return err
 	}
-	f.afterCommit(v.Name(), res)
+	f.serveWhile(func() { f.afterCommit(v.Name(), res) })
 	return nil
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
-	"github.com/branchfs/branchfs/kernel"
 )
 
 // The daemon reads the kernel's requests with a loop of its own instead of
@@ -31,8 +30,8 @@ import (
 // call, which the runtime does not see: the goroutine keeps its P, nothing
 // is handed off and no other thread wakes; the kernel wakes the reader,
 // which answers and waits again, as a single-threaded C daemon does.
-// Requests that may take long (a copy-up, a commit, an fsync) are answered
-// on goroutines of their own, so that they hold up no other request.
+// Requests that may take long (a copy-up, an fsync) are answered on
+// goroutines of their own, so that they hold up no other request.
 //
 // The runtime still has to be able to stop the reader, to collect garbage
 // or to preempt it: it does so with a signal, which ends ppoll with EINTR
@@ -78,7 +77,6 @@ const (
 	opRemovexattr   = 24
 	opFsyncdir      = 30
 	opCreate        = 35
-	opIoctl         = 39
 	opFallocate     = 43
 	opRename2       = 45
 	opCopyFileRange = 47
@@ -246,7 +244,8 @@ func (l *requestLoop) serveWhile(fn func()) {
 }
 
 // mayBlock says whether a request may take long enough to hold up others:
-// those that may copy a file up, sync, or commit a branch.
+// those that may copy a file up, or sync. A commit holds the store's lock,
+// which every other operation of a view waits for anyway.
 func mayBlock(req []byte) bool {
 	h := (*fuse.InHeader)(unsafe.Pointer(&req[0]))
 	switch h.Opcode {
@@ -263,11 +262,6 @@ func mayBlock(req []byte) bool {
 			return false
 		}
 		return (*fuse.CreateIn)(unsafe.Pointer(&req[0])).Flags&syscall.O_EXCL == 0
-	case opIoctl:
-		if len(req) < int(unsafe.Sizeof(fuse.IoctlIn{})) {
-			return false
-		}
-		return (*fuse.IoctlIn)(unsafe.Pointer(&req[0])).Cmd == kernel.FS_IOC_BRANCH_COMMIT
 	case opSetattr, opRename, opRename2, opLink, opSetxattr, opRemovexattr,
 		opFsync, opFsyncdir, opFallocate, opCopyFileRange:
 		return true
