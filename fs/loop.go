@@ -14,7 +14,6 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
-
 )
 
 // The daemon reads the kernel's requests with a loop of its own instead of
