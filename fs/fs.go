@@ -69,13 +69,12 @@ type Options struct {
 
 // FS is a mounted branch store.
 type FS struct {
-	store  *branch.Store
-	opts   Options
-	root   *Node
-	mnt    string
-	loop   *requestLoop
-	server *fuse.Server // answers INIT, sends notifications, registers backing files
-	start  time.Time
+	store *branch.Store
+	opts  Options
+	root  *Node
+	mnt   string
+	loop  *requestLoop
+	start time.Time
 
 	mu    sync.Mutex
 	views map[*branch.View]*Node // root node of each branch view the kernel knows
@@ -107,10 +106,9 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 	ino, gen := store.Main().Identity(root)
 	t := opts.Timeout
 	mo := fuse.MountOptions{
-		AllowOther:  os.Geteuid() == 0,
-		FsName:      store.Base(),
-		Name:        "branchfs",
-		DirectMount: true,
+		AllowOther: os.Geteuid() == 0,
+		FsName:     store.Base(),
+		Name:       "branchfs",
 		// The kernel checks permissions against the attributes and POSIX
 		// ACLs we report, as it would on the underlying filesystem.
 		// Without EnableAcl it would ignore ACLs in its checks, and ask
@@ -145,23 +143,11 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 	})
 	raw := &killPriv{&aclUmask{newRawDirs(nodeFS)}}
 	f.mnt = mnt
-	if os.Getenv("BRANCHFS_REQUEST_LOOP") == "go-fuse" {
-		server, err := fuse.NewServer(raw, mnt, &mo)
-		if err != nil {
-			return nil, err
-		}
-		go server.Serve()
-		if err := server.WaitMount(); err != nil {
-			return nil, err
-		}
-		f.server = server
-		return f, nil
-	}
-	loop, server, err := newRequestLoop(raw, mnt, mo)
+	loop, err := newRequestLoop(raw, mnt, mo)
 	if err != nil {
 		return nil, err
 	}
-	f.loop, f.server = loop, server
+	f.loop = loop
 	go loop.serve()
 	return f, nil
 }
@@ -169,9 +155,6 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 // Unmount unmounts the file system, retrying while the kernel still
 // counts it busy, and waits for the request loop to end.
 func (f *FS) Unmount() error {
-	if f.loop == nil {
-		return f.server.Unmount()
-	}
 	var err error
 	for try, delay := 0, 5*time.Millisecond; try < 5; try, delay = try+1, 2*delay {
 		if err = syscall.Unmount(f.mnt, 0); err != syscall.EBUSY {
@@ -188,22 +171,10 @@ func (f *FS) Unmount() error {
 
 // serveWhile runs fn, which sends the kernel a notification that the
 // reply must follow, from a request answered on the loop's reader.
-func (f *FS) serveWhile(fn func()) {
-	if f.loop == nil {
-		fn()
-		return
-	}
-	f.loop.serveWhile(fn)
-}
+func (f *FS) serveWhile(fn func()) { f.loop.serveWhile(fn) }
 
 // Wait waits for the request loop to end: the file system was unmounted.
-func (f *FS) Wait() {
-	if f.loop == nil {
-		f.server.Wait()
-		return
-	}
-	<-f.loop.done
-}
+func (f *FS) Wait() { <-f.loop.done }
 
 // Node is a file, directory or special file of one view.
 type Node struct {

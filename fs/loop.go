@@ -107,21 +107,20 @@ func mountDevice(mnt string, mo *fuse.MountOptions) (int, error) {
 	return fd, nil
 }
 
-// newRequestLoop mounts raw at mnt. The returned server has answered the
-// kernel's INIT and serves notifications and passthrough backing files;
-// the loop answers everything else once serve runs.
-func newRequestLoop(raw fuse.RawFileSystem, mnt string, mo fuse.MountOptions) (*requestLoop, *fuse.Server, error) {
+// newRequestLoop mounts raw at mnt; serve then answers its requests.
+func newRequestLoop(raw fuse.RawFileSystem, mnt string, mo fuse.MountOptions) (*requestLoop, error) {
 	fd, err := mountDevice(mnt, &mo)
 	if err != nil {
-		return nil, nil, fmt.Errorf("mount: %w", err)
+		return nil, fmt.Errorf("mount: %w", err)
 	}
-	// NewServer reads and answers INIT from the descriptor and calls
-	// raw.Init with itself; its Serve is never called.
-	mo.DirectMount = false
+	// The server reads and answers INIT from the descriptor, and hands
+	// itself to raw.Init: the nodes send notifications and register
+	// passthrough files through it. Its Serve is never called.
+	mo.DirectMount = false // the /dev/fd/N mount point is not to be mounted
 	srv, err := fuse.NewServer(raw, fmt.Sprintf("/dev/fd/%d", fd), &mo)
 	if err != nil {
 		unix.Unmount(mnt, unix.MNT_DETACH)
-		return nil, nil, err
+		return nil, err
 	}
 	l := &requestLoop{fd: fd, ps: fuse.NewProtocolServer(raw, &mo), raw: raw, done: make(chan struct{}),
 		bufSize: mo.MaxWrite + os.Getpagesize()} // headers and argument structures fit in a page
@@ -132,10 +131,10 @@ func newRequestLoop(raw fuse.RawFileSystem, mnt string, mo fuse.MountOptions) (*
 	b := l.getBuf()
 	if _, st := l.ps.HandleRequest([][]byte{unsafe.Slice((*byte)(unsafe.Pointer(init)), unsafe.Sizeof(*init))}, [][]byte{b.out}); !st.Ok() {
 		unix.Unmount(mnt, unix.MNT_DETACH)
-		return nil, nil, fmt.Errorf("init: %v", st)
+		return nil, fmt.Errorf("init: %v", st)
 	}
 	l.putBuf(b)
-	return l, srv, nil
+	return l, nil
 }
 
 // serve answers requests until the file system is unmounted.

@@ -222,11 +222,7 @@ func serve(mnt, base, storeDir string, opts fs.Options, readyFd, maxBranches int
 	// most of their time in system calls, which hold no P, and with more
 	// Ps the runtime wakes more threads on other CPUs per request.
 	if os.Getenv("GOMAXPROCS") == "" {
-		n := 1 + max(1, runtime.NumCPU()/4)
-		if os.Getenv("BRANCHFS_REQUEST_LOOP") == "go-fuse" {
-			n = max(1, runtime.NumCPU()/4)
-		}
-		runtime.GOMAXPROCS(n)
+		runtime.GOMAXPROCS(1 + max(1, runtime.NumCPU()/4))
 	}
 	// The heap is mostly nodes that live as long as the kernel's inodes,
 	// and at Go's default GOGC of 100 it grows to twice that before a
