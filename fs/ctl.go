@@ -160,7 +160,7 @@ func (f *FS) create(v *branch.View, name string) (string, error) {
 	// it may hold a base file of that name, or a gone view's root that
 	// viewsGone has not dropped yet.
 	if f.root.GetChild(BranchPrefix+child.Name()) != nil {
-		f.serveWhile(func() { f.root.NotifyEntry(BranchPrefix + child.Name()) })
+		f.loop.serveWhile(func() { f.root.NotifyEntry(BranchPrefix + child.Name()) })
 	}
 	return child.Name(), nil
 }
@@ -170,7 +170,7 @@ func (f *FS) commit(v *branch.View) error {
 	if err != nil {
 		return err
 	}
-	f.serveWhile(func() { f.afterCommit(v.Name(), res) })
+	f.loop.serveWhile(func() { f.afterCommit(v.Name(), res) })
 	return nil
 }
 

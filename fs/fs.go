@@ -169,10 +169,6 @@ func (f *FS) Unmount() error {
 	return nil
 }
 
-// serveWhile runs fn, which sends the kernel a notification that the
-// reply must follow, from a request answered on the loop's reader.
-func (f *FS) serveWhile(fn func()) { f.loop.serveWhile(fn) }
-
 // Wait waits for the request loop to end: the file system was unmounted.
 func (f *FS) Wait() { <-f.loop.done }
 
