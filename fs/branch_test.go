@@ -380,6 +380,66 @@ func TestNotifyWhileRootLookupsWait(t *testing.T) {
 	lookups.Wait()
 }
 
+// TestCopyUpHoldsUpNoOtherRequest: the first open for writing of a large
+// base file copies it up, which takes a while; the daemon answers other
+// requests meanwhile (fs/loop.go answers such opens on goroutines).
+func TestCopyUpHoldsUpNoOtherRequest(t *testing.T) {
+	m := newMount(t, "")
+	f, err := os.Create(filepath.Join(m.base, "big"))
+	must(t, err)
+	chunk := bytes.Repeat([]byte("x"), 1<<20)
+	for i := 0; i < 256; i++ {
+		_, err := f.Write(chunk)
+		must(t, err)
+	}
+	must(t, f.Close())
+	x := m.create("x")
+	pid, err := os.ReadFile(filepath.Join(m.store, "daemon.pid"))
+	must(t, err)
+	fds := filepath.Join("/proc", strings.TrimSpace(string(pid)), "fd")
+	// The copy goes to an unnamed file in the delta until it is complete.
+	copying := func() bool {
+		entries, _ := os.ReadDir(fds)
+		for _, e := range entries {
+			target, _ := os.Readlink(filepath.Join(fds, e.Name()))
+			if strings.HasPrefix(target, m.store) && strings.HasSuffix(target, " (deleted)") {
+				return true
+			}
+		}
+		return false
+	}
+	opened := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(filepath.Join(x, "big"), os.O_WRONLY, 0)
+		if err == nil {
+			f.Close()
+		}
+		opened <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !copying(); {
+		select {
+		case err := <-opened:
+			t.Fatalf("the open returned (%v) before its copy-up was seen", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no copy-up seen")
+		}
+	}
+	// Lookups of names nobody asked for yet: each one a request.
+	for i := 0; i < 5; i++ {
+		if _, err := os.Lstat(filepath.Join(x, fmt.Sprintf("missing-%d", i))); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("lookup of a missing name: %v", err)
+		}
+	}
+	select {
+	case err := <-opened:
+		t.Errorf("lookups waited for the copy-up of another file (open: %v)", err)
+	default:
+	}
+	must(t, <-opened)
+}
+
 func TestBadInput(t *testing.T) {
 	m := newMount(t, "")
 	for _, name := range []string{"", ".hidden", "a/b", "a b", "..", strings.Repeat("x", 128), "ü", "main"} {
