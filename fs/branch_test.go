@@ -927,3 +927,35 @@ func TestBaseFileACLs(t *testing.T) {
 	check("main view after commit", m.mnt, append(readers, root("getacl", "file")),
 		"permission denied", "permission denied", "u::6,u:65533:4,g::4,m::4,o::4")
 }
+
+// When the kernel looks a branch's name up again, it must get the node it
+// already holds: the cache notifications of a nested commit go to the node
+// the daemon registered for the view. A write after a passthrough read
+// answers ESTALE (Open), which makes the kernel look every name of the
+// path up again, @p included.
+func TestViewRootLookedUpAgain(t *testing.T) {
+	m := newMount(t, "on")
+	names := func(dir string) string {
+		ents, err := os.ReadDir(dir)
+		must(t, err)
+		var out []string
+		for _, e := range ents {
+			out = append(out, e.Name())
+		}
+		return strings.Join(out, " ")
+	}
+	p := m.create("p")
+	ino := inodeNumber(t, p)
+	wantContent(t, filepath.Join(p, "file"), "base file\n") // passthrough
+	writeFile(t, filepath.Join(p, "file"), "in p\n")        // ESTALE, then the copy
+	if got := inodeNumber(t, p); got != ino {
+		t.Fatalf("%s: inode %d after the lookup again, was %d", p, got, ino)
+	}
+	c := m.create("c", "p")
+	names(filepath.Join(p, "dir"))
+	writeFile(t, filepath.Join(c, "dir", "added"), "x")
+	m.ok("commit", c)
+	if got, want := names(filepath.Join(p, "dir")), "a added sub"; got != want {
+		t.Errorf("parent branch listing after the child's commit = %q, want %q", got, want)
+	}
+}

@@ -77,7 +77,6 @@ type FS struct {
 	start time.Time
 
 	mu    sync.Mutex
-	views map[*branch.View]*Node // root node of each branch view the kernel knows
 	use   map[*branch.View]*viewUse
 	nodes int // nodes the kernel knows through branch views (trim.go)
 
@@ -97,7 +96,7 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 	if opts.MaxInodes == 0 {
 		opts.MaxInodes = DefaultMaxInodes
 	}
-	f := &FS{store: store, opts: opts, start: time.Now(), views: map[*branch.View]*Node{}, use: map[*branch.View]*viewUse{}}
+	f := &FS{store: store, opts: opts, start: time.Now(), use: map[*branch.View]*viewUse{}}
 	f.root = &Node{fsys: f, view: store.Main(), viewRoot: true}
 	root, err := store.Main().Lookup("")
 	if err != nil {
@@ -368,11 +367,12 @@ func (f *FS) viewsGone(gone, emptied []string) {
 
 const cleanupDelay = 20 * time.Millisecond
 
+// viewRoot returns the root node of branch view name that the kernel
+// holds, or nil: the one in the mount root's tree, which is the one
+// go-fuse answered the kernel's lookups with.
 func (f *FS) viewRoot(name string) *Node {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for v, n := range f.views {
-		if v.Name() == name {
+	if c := f.root.GetChild(BranchPrefix + name); c != nil {
+		if n, ok := c.Operations().(*Node); ok && n.viewRoot && n.view.Name() == name {
 			return n
 		}
 	}

@@ -78,28 +78,27 @@ func (n *Node) lookupBranch(ctx context.Context, name string, out *fuse.EntryOut
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	ino, gen := v.Identity(e)
 	fillAttr(&out.Attr, &e.Stat)
+	// The kernel looks the name up again when its entry times out, or when
+	// a request answered ESTALE (Open after a passthrough read does). It
+	// must get the node it holds: a new one would have a node ID the
+	// kernel does not know, and the notifications for the view go to the
+	// node in the tree (FS.viewRoot). go-fuse would answer with the old
+	// node ID anyway, since the identity is the same, and drop the new one.
+	if c := n.GetChild(BranchPrefix + name); c != nil {
+		if cn, ok := c.Operations().(*Node); ok && cn.viewRoot && cn.view == v {
+			return c, 0
+		}
+	}
+	ino, gen := v.Identity(e)
 	root := &Node{fsys: n.fsys, view: v, viewRoot: true}
 	in := n.NewInode(ctx, root, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino, Gen: gen})
-	n.fsys.mu.Lock()
-	n.fsys.views[v] = in.Operations().(*Node)
-	n.fsys.mu.Unlock()
-	if in.Operations() == root {
-		n.fsys.nodeMade(root)
-	}
+	n.fsys.nodeMade(root)
 	return in, 0
 }
 
 func (n *Node) OnForget() {
 	n.fsys.nodeForgotten(n)
-	if n.viewRoot {
-		n.fsys.mu.Lock()
-		if n.fsys.views[n.view] == n {
-			delete(n.fsys.views, n.view)
-		}
-		n.fsys.mu.Unlock()
-	}
 }
 
 // Getattr answers for the file n's name stands for now: the kernel keeps

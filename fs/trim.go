@@ -73,26 +73,25 @@ func (f *FS) trim() {
 	asked := 0
 	for {
 		f.mu.Lock()
-		var victim *Node
+		var victim *branch.View
 		var oldest int64
 		for v, u := range f.use {
-			r := f.views[v]
-			if r == nil || v.IsMain() || dropped[v] {
+			if dropped[v] {
 				continue
 			}
 			if victim == nil || u.last < oldest {
-				victim, oldest = r, u.last
+				victim, oldest = v, u.last
 			}
 		}
 		remaining := f.nodes - asked
 		if victim != nil {
-			asked += f.use[victim.view].nodes
+			asked += f.use[victim].nodes
 		}
 		f.mu.Unlock()
 		if victim == nil || remaining <= f.opts.MaxInodes*3/4 {
 			return
 		}
-		dropped[victim.view] = true
-		f.root.NotifyEntry(BranchPrefix + victim.view.Name())
+		dropped[victim] = true
+		f.root.NotifyEntry(BranchPrefix + victim.Name())
 	}
 }
