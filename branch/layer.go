@@ -111,6 +111,10 @@ func (l *layer) make(tmp string, like *unix.Stat_t) error {
 
 const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
 
+// maxWalk is the longest path one openat2 resolves: the kernel refuses
+// paths of PATH_MAX bytes or more.
+const maxWalk = unix.PathMax - 1
+
 // open opens rel beneath the layer root. rel "" is the root itself.
 func (l *layer) open(rel string, flags int, mode uint32) (int, error) {
 	if rel == "" {
@@ -124,13 +128,50 @@ func (l *layer) open(rel string, flags int, mode uint32) (int, error) {
 	if root < 0 {
 		return -1, unix.ENOENT
 	}
+	if len(rel) > maxWalk {
+		return walkLong(root, rel, &how)
+	}
+	return openat2(root, rel, &how)
+}
+
+func openat2(dirfd int, rel string, how *unix.OpenHow) (int, error) {
 	for {
-		fd, err := unix.Openat2(root, rel, &how)
+		fd, err := unix.Openat2(dirfd, rel, how)
 		if err == unix.EINTR || err == unix.EAGAIN {
 			continue
 		}
 		return fd, err
 	}
+}
+
+// walkLong opens a path longer than one openat2 takes, as the filesystem
+// below allows (a view's paths are relative to its root, not to a working
+// directory deep in it as the caller's are): directories of up to maxWalk
+// bytes at a time, each walk beneath the directory the last one reached,
+// so no step can leave the layer.
+func walkLong(root int, rel string, how *unix.OpenHow) (int, error) {
+	dir := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolveBeneath}
+	cur := root
+	defer func() {
+		if cur != root {
+			unix.Close(cur)
+		}
+	}()
+	for len(rel) > maxWalk {
+		cut := strings.LastIndexByte(rel[:maxWalk+1], '/')
+		if cut <= 0 {
+			return -1, unix.ENAMETOOLONG // one name longer than any filesystem takes
+		}
+		next, err := openat2(cur, rel[:cut], &dir)
+		if err != nil {
+			return -1, err
+		}
+		if cur != root {
+			unix.Close(cur)
+		}
+		cur, rel = next, rel[cut+1:]
+	}
+	return openat2(cur, rel, how)
 }
 
 // lstat stats rel without following a final symlink. The root and the

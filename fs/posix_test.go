@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -316,6 +318,7 @@ var posixChecks = map[string]func(t *testing.T, d string){
 			t.Errorf("after chmod: sub/.. has inode %d, the directory %d; before, %d", st.Ino, inodeNumber(t, d), dir)
 		}
 	},
+	"DeepTree":                deepTree,
 	"AttrsOfOpenFile":         attrsOfOpenFile(os.O_WRONLY),
 	"AttrsOfReadOnlyOpenFile": attrsOfOpenFile(os.O_RDONLY),
 	"Permissions": func(t *testing.T, d string) {
@@ -405,3 +408,47 @@ func attrsOfOpenFile(flag int) func(t *testing.T, d string) {
 		}
 	}
 }
+
+// deepTree: a tree deeper than PATH_MAX, reached as processes reach it,
+// relative to a directory deep in it, works as on the filesystem below:
+// the view's own paths from its root are no limit.
+func deepTree(t *testing.T, d string) {
+	name := strings.Repeat("d", 250)
+	fd, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY, 0)
+	must(t, err)
+	defer func() { unix.Close(fd) }()
+	for range 20 { // 5 KB below d
+		must(t, unix.Mkdirat(fd, name, 0o755))
+		next, err := unix.Openat(fd, name, unix.O_PATH|unix.O_DIRECTORY, 0)
+		must(t, err)
+		unix.Close(fd)
+		fd = next
+	}
+	f, err := unix.Openat(fd, "f", unix.O_CREAT|unix.O_WRONLY|unix.O_EXCL, 0o640)
+	must(t, err)
+	_, err = unix.Write(f, []byte("deep"))
+	unix.Close(f)
+	must(t, err)
+	var st unix.Stat_t
+	must(t, unix.Fstatat(fd, "f", &st, unix.AT_SYMLINK_NOFOLLOW))
+	if st.Mode&0o7777 != 0o640 || st.Size != 4 {
+		t.Errorf("deep file: mode %o, size %d; want 640, 4", st.Mode&0o7777, st.Size)
+	}
+	must(t, unix.Renameat(fd, "f", fd, "g"))
+	must(t, unix.Symlinkat("g", fd, "l"))
+	must(t, unix.Linkat(fd, "g", fd, "h", 0))
+	must(t, unix.Mkdirat(fd, "sub", 0o700))
+	must(t, unix.Fchmodat(fd, "g", 0o600, 0))
+	must(t, unix.Setxattr(procFd(fd)+"/g", "user.k", []byte("v"), 0))
+	buf := make([]byte, 8)
+	if n, err := unix.Readlinkat(fd, "l", buf); err != nil || string(buf[:n]) != "g" {
+		t.Errorf("readlink of the deep symlink: %q, %v", buf[:max(n, 0)], err)
+	}
+	must(t, unix.Unlinkat(fd, "h", 0))
+	must(t, unix.Unlinkat(fd, "sub", unix.AT_REMOVEDIR))
+	if n, err := unix.Getxattr(procFd(fd), "user.none", buf); err != unix.ENODATA {
+		t.Errorf("getxattr of the deep directory: %d, %v; want ENODATA", n, err)
+	}
+}
+
+func procFd(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
