@@ -138,6 +138,9 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		AttrTimeout:     &t,
 		NegativeTimeout: &t,
 		RootStableAttr:  &gofs.StableAttr{Ino: ino, Gen: gen},
+		// A mode without permission bits is the file's own: go-fuse
+		// would otherwise show 0644 or 0755, and the kernel grant them.
+		NullPermissions: true,
 		Logger:          log.New(os.Stderr, "branchfs: ", log.LstdFlags),
 	})
 	raw := &killPriv{&aclUmask{newRawDirs(nodeFS)}}
