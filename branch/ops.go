@@ -661,6 +661,24 @@ func (v *View) SetXattr(rel, name string, val []byte, flags int) error {
 	})
 }
 
+// FdSetXattr is SetXattr for a file open on fd in the view's top layer:
+// the file itself, also once its name is gone or another file's.
+func FdSetXattr(fd int, name string, val []byte, flags int) error {
+	if IsInternalXattr(name) {
+		return unix.EPERM
+	}
+	return unix.Fsetxattr(fd, name, val, flags)
+}
+
+// FdRemoveXattr is RemoveXattr for a file open on fd in the view's top
+// layer.
+func FdRemoveXattr(fd int, name string) error {
+	if IsInternalXattr(name) {
+		return unix.EPERM
+	}
+	return unix.Fremovexattr(fd, name)
+}
+
 // RemoveXattr removes an extended attribute, copying rel up first.
 func (v *View) RemoveXattr(rel, name string) error {
 	if IsInternalXattr(name) {

@@ -336,20 +336,35 @@ func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 }
 
 func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return n.changeAttr(func(rel string) error { return n.view.SetXattr(rel, attr, data, int(flags)) })
+	return n.changeAttr(func(rel string) error { return n.view.SetXattr(rel, attr, data, int(flags)) },
+		func(fd int) error { return branch.FdSetXattr(fd, attr, data, int(flags)) })
 }
 
 func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return n.changeAttr(func(rel string) error { return n.view.RemoveXattr(rel, attr) })
+	return n.changeAttr(func(rel string) error { return n.view.RemoveXattr(rel, attr) },
+		func(fd int) error { return branch.FdRemoveXattr(fd, attr) })
 }
 
-// changeAttr runs a change that may copy the node up.
-func (n *Node) changeAttr(change func(rel string) error) syscall.Errno {
-	rel, errno := n.begin()
-	if errno != 0 {
-		return errno
+// changeAttr runs a change that may copy the node up, or changeFd on an
+// open handle of the node's file in the top layer: fsetxattr and
+// fremovexattr reach the daemon without a handle, and act on the open file
+// also once its name is gone or another file's, as on a local filesystem.
+func (n *Node) changeAttr(change func(rel string) error, changeFd func(fd int) error) syscall.Errno {
+	if err := n.view.Lock(); err != nil {
+		return toErrno(err)
 	}
 	defer n.view.Unlock()
+	if h := n.topHandle(false); h != nil {
+		defer n.openMu.Unlock()
+		if err := n.view.CheckWritable(); err != nil {
+			return toErrno(err)
+		}
+		return toErrno(changeFd(h.fd))
+	}
+	rel, ok := n.rel()
+	if !ok {
+		return syscall.ESTALE
+	}
 	before, err := n.view.Stat(rel)
 	if err != nil {
 		return toErrno(err)

@@ -394,6 +394,12 @@ func attrsOfOpenFile(flag int) func(t *testing.T, d string) {
 		if err != nil || !bytes.Contains(buf[:max(n, 0)], []byte("user.k\x00")) {
 			t.Errorf("flistxattr = %q, %v; want user.k", buf[:max(n, 0)], err)
 		}
+		must(t, unix.Fsetxattr(fd, "user.k2", []byte("w"), 0))
+		must(t, unix.Fremovexattr(fd, "user.k"))
+		n, err = unix.Flistxattr(fd, buf)
+		if err != nil || string(buf[:max(n, 0)]) != "user.k2\x00" {
+			t.Errorf("flistxattr after fsetxattr and fremovexattr = %q, %v; want user.k2", buf[:max(n, 0)], err)
+		}
 		var st unix.Stat_t
 		must(t, unix.Fstat(fd, &st))
 		if st.Mode&0o7777 != 0o600 || st.Uid != 1000 || st.Gid != 1000 || st.Mtim.Sec != 1e9 {
@@ -406,6 +412,19 @@ func attrsOfOpenFile(flag int) func(t *testing.T, d string) {
 		if _, err := unix.Getxattr(p, "user.k", buf); err != unix.ENODATA {
 			t.Errorf("getxattr of the file now named f: %v, want ENODATA", err)
 		}
+		if _, err := unix.Getxattr(p, "user.k2", buf); err != unix.ENODATA {
+			t.Errorf("getxattr of the file now named f: %v, want ENODATA", err)
+		}
+		// An unlinked open file keeps its attributes too.
+		g, err := os.OpenFile(p, flag, 0)
+		must(t, err)
+		defer g.Close()
+		must(t, os.Remove(p))
+		must(t, unix.Fsetxattr(int(g.Fd()), "user.gone", []byte("x"), 0))
+		if n, err := unix.Fgetxattr(int(g.Fd()), "user.gone", buf); err != nil || string(buf[:n]) != "x" {
+			t.Errorf("fgetxattr of an unlinked file: %q, %v", buf[:max(n, 0)], err)
+		}
+		must(t, unix.Fremovexattr(int(g.Fd()), "user.gone"))
 	}
 }
 
