@@ -102,6 +102,9 @@ var conformanceScripts = map[string][]step{
 		root("setcap", "f"), root("write", "f"), root("hascap", "f"),
 		root("setcap", "f"), as(65534, 65534, "truncate", "f", "1"), root("hascap", "f"),
 		root("setcap", "f"), root("chmod", "f", "06777"), root("chown", "f", "65534", "65534"), root("hascap", "f"), root("stat", "f", "mode"),
+		// A file an O_TRUNC open creates keeps the mode it was made with.
+		root("chmod", ".", "0777"), as(65534, 65534, "createtrunc", "n", "04755"), root("stat", "n", "mode"),
+		as(65534, 65534, "createtrunc", "n", "04755"), root("stat", "n", "mode"),
 	},
 	"truncate": {
 		root("create", "f", "0644"), root("truncate", "f", "12345"), root("stat", "f", "size"),
@@ -238,6 +241,11 @@ func fsop(dir, op string, a []string) string {
 	case "create":
 		var fd int
 		if fd, err = unix.Open(p(0), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, uint32(num(1))); err == nil {
+			unix.Close(fd)
+		}
+	case "createtrunc":
+		var fd int
+		if fd, err = unix.Open(p(0), unix.O_CREAT|unix.O_TRUNC|unix.O_WRONLY, uint32(num(1))); err == nil {
 			unix.Close(fd)
 		}
 	case "open":

@@ -55,9 +55,21 @@ func (k *killPriv) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenO
 	return st
 }
 
+// Create: the kernel asks for the bits to be dropped on every O_TRUNC
+// create without O_EXCL, not knowing whether the name exists; only a file
+// that existed loses them, as on the filesystem below. Trying O_EXCL first
+// tells which.
 func (k *killPriv) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	if in.OpenFlags&fuse.OPEN_KILL_SUIDGID == 0 || in.Flags&syscall.O_EXCL != 0 {
+		return k.RawFileSystem.Create(cancel, in, name, out)
+	}
+	excl := *in
+	excl.Flags |= syscall.O_EXCL
+	if st := k.RawFileSystem.Create(cancel, &excl, name, out); st != fuse.Status(syscall.EEXIST) {
+		return st
+	}
 	st := k.RawFileSystem.Create(cancel, in, name, out)
-	if st.Ok() && in.OpenFlags&fuse.OPEN_KILL_SUIDGID != 0 {
+	if st.Ok() {
 		h := in.InHeader
 		h.NodeId = out.NodeId
 		attr := fuse.AttrOut{Attr: out.Attr}
