@@ -609,7 +609,7 @@ func (v *View) GetXattr(rel, name string, buf []byte) (int, error) {
 		n, err = getxattrAt(dirfd, base, name, buf)
 		return err
 	})
-	return n, err
+	return n, noACL(name, err)
 }
 
 // FdGetXattr is GetXattr for a file open on fd.
@@ -617,7 +617,19 @@ func FdGetXattr(fd int, name string, buf []byte) (int, error) {
 	if IsInternalXattr(name) {
 		return 0, unix.ENODATA
 	}
-	return unix.Fgetxattr(fd, name, buf)
+	n, err := unix.Fgetxattr(fd, name, buf)
+	return n, noACL(name, err)
+}
+
+// noACL: a filesystem without POSIX ACLs (ramfs, tmpfs without them)
+// answers EOPNOTSUPP for an ACL, where the kernel expects ENODATA, "none":
+// it would fail every permission check that reads the ACL, a non-owner's
+// read of a world-readable file included.
+func noACL(name string, err error) error {
+	if err == unix.EOPNOTSUPP && (name == "system.posix_acl_access" || name == "system.posix_acl_default") {
+		return unix.ENODATA
+	}
+	return err
 }
 
 // ListXattr lists extended attribute names, without internal ones.

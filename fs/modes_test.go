@@ -90,3 +90,51 @@ func TestModeZero(t *testing.T) {
 		})
 	}
 }
+
+// TestBaseWithoutACLs: a base on a filesystem without xattrs or POSIX ACLs
+// (ramfs) serves every user as that filesystem does.
+func TestBaseWithoutACLs(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.Chmod(dir, 0o755))
+	must(t, os.Chmod(filepath.Dir(dir), 0o755))
+	must(t, unix.Mount("ramfs", dir, "ramfs", 0, "mode=755"))
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	m := &mount{t: t, base: filepath.Join(dir, "base"), store: filepath.Join(dir, "store"), mnt: filepath.Join(dir, "mnt")}
+	must(t, os.MkdirAll(m.mnt, 0o755))
+	sampleTree(t, m.base)
+	m.start()
+	t.Cleanup(m.cleanup)
+	views := []struct{ name, dir string }{{"main", m.mnt}, {"branch", "b1"}}
+	for i, view := range views {
+		v := view.dir
+		if i == 1 {
+			v = m.create(v)
+		}
+		t.Run(view.name, func(t *testing.T) {
+			for _, p := range []string{"file", "dir/sub/b"} {
+				if out, err := nobody("cat", filepath.Join(v, p)); err != nil {
+					t.Errorf("nobody could not read world-readable %s: %v %s", p, err, out)
+				}
+			}
+			wantContent(t, filepath.Join(v, "file"), "base file\n")
+			must(t, os.Chmod(filepath.Join(v, "dir"), 0o777))
+			out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+				"sh", "-c", "umask 022; echo mine > "+filepath.Join(v, "dir", "mine")).CombinedOutput()
+			if err != nil {
+				t.Fatalf("nobody could not create in a 0777 directory: %v %s", err, out)
+			}
+			if mode := statMode(t, filepath.Join(v, "dir", "mine")); mode != 0o644 {
+				t.Errorf("created with umask 022: mode %o, want 644", mode)
+			}
+			priv := filepath.Join(v, "private-"+view.name)
+			writeFile(t, priv, "private\n")
+			must(t, os.Chmod(priv, 0o600))
+			if out, err := nobody("cat", priv); err == nil || !strings.Contains(out, "Permission denied") {
+				t.Errorf("nobody read a 0600 file: %v %s", err, out)
+			}
+			if _, err := unix.Getxattr(filepath.Join(v, "file"), "system.posix_acl_access", nil); err != unix.ENODATA {
+				t.Errorf("getxattr of the ACL: %v, want ENODATA (none)", err)
+			}
+		})
+	}
+}
