@@ -1,0 +1,185 @@
+package explore
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// cgroupsDir is the name of the directory, under the cgroup of the process
+// that starts runs, that holds one cgroup per run.
+const cgroupsDir = "branchfs.runs"
+
+// cgroupRoot finds where runs' cgroups go: the cgroup v2 hierarchy (from
+// /proc/self/mountinfo, wherever it is mounted: /sys/fs/cgroup, or
+// /sys/fs/cgroup/unified beside v1 controllers) joined with this process's
+// own cgroup (the "0::" line of /proc/self/cgroup). Read once.
+var cgroupRoot = sync.OnceValues(func() (string, error) {
+	mnt, err := cgroup2Mount()
+	if err != nil {
+		return "", err
+	}
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "0::"); ok {
+			return filepath.Join(mnt, rest), nil
+		}
+	}
+	return "", errors.New("no cgroup v2 entry in /proc/self/cgroup")
+})
+
+func cgroup2Mount() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		pf, qf := strings.Fields(pre), strings.Fields(post)
+		if len(pf) >= 5 && len(qf) >= 1 && qf[0] == "cgroup2" && pf[3] == "/" {
+			return unescapeMountinfo(pf[4]), nil
+		}
+	}
+	return "", errors.New("no cgroup v2 hierarchy is mounted")
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space) of mountinfo.
+func unescapeMountinfo(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var c byte
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%3o", &c); err == nil {
+				b.WriteByte(c)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// cgroup is the cgroup of one run.
+type cgroup struct {
+	dir string
+	fd  *os.File // the directory, for clone3's CLONE_INTO_CGROUP
+}
+
+// newCgroup makes the cgroup at dir (its parent made as needed).
+func newCgroup(dir string) (*cgroup, error) {
+	for range 3 {
+		// A concurrent run's removeCgroup may drop an empty parent
+		// between the two mkdirs.
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			return nil, err
+		}
+		err := os.Mkdir(dir, 0o755)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+	}
+	fd, err := os.Open(dir)
+	if err != nil {
+		os.Remove(dir)
+		return nil, err
+	}
+	// cgroup.kill arrived in Linux 5.14; without it a run would not end
+	// its tree, so say so now.
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err != nil {
+		fd.Close()
+		os.Remove(dir)
+		return nil, fmt.Errorf("no cgroup.kill: %w", err)
+	}
+	return &cgroup{dir: dir, fd: fd}, nil
+}
+
+// killCgroup kills every process in the cgroup at dir and its children,
+// waits until none is left, and removes it (and its parent when that is
+// empty). A missing cgroup is not an error.
+func killCgroup(dir string) error {
+	// Freezing first stops a forking tree from racing the kill; the kill
+	// itself is atomic against forks in the kernel, so this is belt and
+	// braces for kernels that ignore frozen tasks' pending kills.
+	os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("1"), 0)
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("cgroup %s: kill: %w", dir, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := removeCgroupTree(dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s: remove: %w", dir, err)
+		}
+		// Killed tasks leave the cgroup as they exit: wait for
+		// "populated 0", which the kernel reports in cgroup.events.
+		waitUnpopulated(dir, time.Until(deadline))
+	}
+	os.Remove(filepath.Dir(dir)) // the runs' directory, when it is empty
+	return nil
+}
+
+// removeCgroupTree removes a cgroup and the child cgroups a command made.
+func removeCgroupTree(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			if err := removeCgroupTree(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return syscall.Rmdir(dir)
+}
+
+// waitUnpopulated waits until cgroup.events says "populated 0" or d passes.
+// The kernel signals a change of that file as POLLPRI.
+func waitUnpopulated(dir string, d time.Duration) {
+	f, err := os.Open(filepath.Join(dir, "cgroup.events"))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	deadline := time.Now().Add(d)
+	buf := make([]byte, 256)
+	for time.Now().Before(deadline) {
+		n, err := f.ReadAt(buf, 0)
+		if n == 0 && err != nil {
+			return
+		}
+		if bytes.Contains(buf[:n], []byte("populated 0")) {
+			return
+		}
+		unix.Poll([]unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLPRI}}, 50)
+	}
+}

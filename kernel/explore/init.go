@@ -1,0 +1,155 @@
+package explore
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The helper is the program itself, started again with envInit set: a
+// process forked from a multithreaded Go program cannot set up mounts
+// between fork and exec, so the runner clones it into new mount and PID
+// namespaces (and its cgroup) and it does the rest as PID 1 there, in the
+// manner of runc's and bwrap's init. Package initialization catches it
+// before main runs, so every program that imports this package can start
+// runs; nothing needs calling.
+const envInit = "BRANCHFS_RUN_INIT"
+
+func init() {
+	if cfg, ok := os.LookupEnv(envInit); ok {
+		runInit(cfg)
+	}
+	if owner, ok := os.LookupEnv(envJanitor); ok {
+		runJanitor(owner)
+	}
+}
+
+// initConfig is what the runner tells the helper.
+type initConfig struct {
+	View    string   `json:"view"`    // the branch's view, MNT/@NAME
+	Targets []string `json:"targets"` // where to bind it: MNT and --bind paths
+	Dir     string   `json:"dir"`     // working directory, after the binds
+	Args    []string `json:"args"`
+	Env     []string `json:"env"`
+	Score   bool     `json:"score"` // fd 4 goes to the command as fd 3
+	UserNS  bool     `json:"userns"`
+}
+
+// initStatus is the helper's report, one JSON object on fd 3.
+type initStatus struct {
+	Exit   int    `json:"exit"`
+	Signal int    `json:"signal,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+const (
+	statusFd = 3
+	scoreFd  = 4
+)
+
+func runInit(raw string) {
+	status := os.NewFile(statusFd, "status")
+	syscall.CloseOnExec(statusFd)
+	syscall.CloseOnExec(scoreFd)
+	fail := func(format string, a ...any) {
+		json.NewEncoder(status).Encode(initStatus{Exit: 127, Error: fmt.Sprintf(format, a...)})
+		os.Exit(127)
+	}
+	var cfg initConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fail("helper: bad configuration: %v", err)
+	}
+	os.Unsetenv(envInit)
+	// Mounts made here must not reach the rest of the system; mounts and
+	// unmounts there still reach us (the FUSE mount going away, say).
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		fail("making the mount namespace private: %v", err)
+	}
+	// Once MNT is covered, MNT/@NAME no longer resolves: hold the view
+	// open and bind it by descriptor.
+	vfd, err := unix.Open(cfg.View, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		fail("opening the view %s: %v", cfg.View, err)
+	}
+	src := fmt.Sprintf("/proc/self/fd/%d", vfd)
+	for _, t := range cfg.Targets {
+		if err := unix.Mount(src, t, "", unix.MS_BIND, ""); err != nil {
+			fail("binding the view over %s: %v", t, err)
+		}
+	}
+	unix.Close(vfd)
+	// A /proc of the new PID namespace, so that ps and /proc/PID show the
+	// run's own processes. Best effort: a container may forbid it.
+	unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	if err := os.Chdir(cfg.Dir); err != nil {
+		fail("working directory: %v", err)
+	}
+	path := cfg.Args[0]
+	if !strings.Contains(path, "/") {
+		for _, e := range cfg.Env {
+			if v, ok := strings.CutPrefix(e, "PATH="); ok {
+				os.Setenv("PATH", v)
+			}
+		}
+		if path, err = exec.LookPath(cfg.Args[0]); err != nil {
+			fail("%v", err)
+		}
+	}
+	files := []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	if cfg.Score {
+		files = append(files, os.NewFile(scoreFd, "score"))
+	}
+	// The command gets no capability the helper held for its mounts in a
+	// user namespace: drop them on the thread that forks it.
+	runtime.LockOSThread()
+	if cfg.UserNS {
+		unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	}
+	// The helper handles these so that it, as PID 1, does not die of
+	// them, and passes on those that someone sent it on purpose; the
+	// terminal's Ctrl-C and Ctrl-\ reach the command directly.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGHUP,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE)
+	p, err := os.StartProcess(path, cfg.Args, &os.ProcAttr{Env: cfg.Env, Files: files})
+	if err != nil {
+		fail("%v", err)
+	}
+	go func() {
+		for s := range sigs {
+			if s == syscall.SIGTERM || s == syscall.SIGHUP || s == syscall.SIGUSR1 || s == syscall.SIGUSR2 {
+				p.Signal(s)
+			}
+		}
+	}()
+	// As PID 1, reap every orphan; when the command itself exits, exit:
+	// the kernel then kills whatever is left in the namespace.
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			fail("waiting: %v", err)
+		}
+		if pid != p.Pid {
+			continue
+		}
+		st := initStatus{Exit: ws.ExitStatus()}
+		code := st.Exit
+		if ws.Signaled() {
+			st = initStatus{Exit: -1, Signal: int(ws.Signal())}
+			code = 128 + st.Signal
+		}
+		json.NewEncoder(status).Encode(st)
+		os.Exit(code)
+	}
+}

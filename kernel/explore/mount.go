@@ -1,0 +1,196 @@
+package explore
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/fs"
+	"github.com/branchfs/branchfs/kernel"
+	"golang.org/x/sys/unix"
+)
+
+const fuseSuperMagic = 0x65735546
+
+// Mount is a branchfs mount point, seen from its main view.
+type Mount struct {
+	dir string // absolute path of the mount point
+}
+
+// Open checks that dir is the mount point of a branchfs mount (its main
+// view) and returns it.
+func Open(dir string) (*Mount, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	m := &Mount{dir: filepath.Clean(abs)}
+	f, err := m.control(branch.MainName)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not the mount point of a branchfs mount: %w", dir, err)
+	}
+	f.Close()
+	return m, nil
+}
+
+// Dir is the mount point.
+func (m *Mount) Dir() string { return m.dir }
+
+// View is the path of a branch's view: the mount point for main, else
+// MNT/@NAME.
+func (m *Mount) View(name string) string {
+	if name == branch.MainName || name == "" {
+		return m.dir
+	}
+	return filepath.Join(m.dir, fs.BranchPrefix+name)
+}
+
+// control opens the control file of a branch's view, making sure it is one.
+func (m *Mount) control(name string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(m.View(name), fs.ControlName), os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && name != branch.MainName {
+			return nil, fmt.Errorf("branch %s: %w", name, syscall.ENOENT)
+		}
+		return nil, err
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil || st.Type != fuseSuperMagic {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a branchfs view", m.View(name))
+	}
+	return f, nil
+}
+
+// command writes one control-file command to a view and returns the answer.
+func (m *Mount) command(name, cmd string) ([]byte, error) {
+	f, err := m.control(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if _, err := f.Write([]byte(cmd)); err != nil {
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			return nil, errno
+		}
+		return nil, err
+	}
+	return io.ReadAll(io.NewSectionReader(f, 0, 1<<30))
+}
+
+// Create makes a child of parent ("" or "main": the base) and returns its
+// name. An empty name lets the daemon pick one (FS_IOC_BRANCH_CREATE);
+// a given name goes through the control file, which the ioctl cannot
+// carry.
+func (m *Mount) Create(parent, name string) (string, error) {
+	if parent == "" {
+		parent = branch.MainName
+	}
+	if parent != branch.MainName {
+		if err := branch.ValidateName(parent); err != nil {
+			return "", fmt.Errorf("create: parent: %w", err)
+		}
+	}
+	if name == "" {
+		f, err := m.control(parent)
+		if err != nil {
+			return "", fmt.Errorf("create in %s: %w", parent, err)
+		}
+		defer f.Close()
+		name, err := kernel.Create(f)
+		if err != nil {
+			return "", fmt.Errorf("create in %s: %w", parent, err)
+		}
+		return name, nil
+	}
+	if err := branch.ValidateName(name); err != nil {
+		return "", fmt.Errorf("create: %w", err)
+	}
+	if _, err := m.command(parent, "create:"+name); err != nil {
+		return "", fmt.Errorf("create %s in %s: %w", name, parent, err)
+	}
+	return name, nil
+}
+
+// Commit applies a branch to its parent (FS_IOC_BRANCH_COMMIT); the error
+// wraps syscall.ESTALE when a sibling committed first.
+func (m *Mount) Commit(name string) error {
+	if err := checkBranchName(name); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	f, err := m.control(name)
+	if err != nil {
+		return fmt.Errorf("commit %s: %w", name, err)
+	}
+	defer f.Close()
+	if err := kernel.Commit(f); err != nil {
+		return fmt.Errorf("commit %s: %w", name, err)
+	}
+	return nil
+}
+
+// Abort drops a branch (FS_IOC_BRANCH_ABORT). With recursive, its live
+// child branches go too (the ioctl refuses them with EBUSY).
+func (m *Mount) Abort(name string, recursive bool) error {
+	if err := checkBranchName(name); err != nil {
+		return fmt.Errorf("abort: %w", err)
+	}
+	if recursive {
+		if _, err := m.command(name, "abort:recursive"); err != nil {
+			return fmt.Errorf("abort %s: %w", name, err)
+		}
+		return nil
+	}
+	f, err := m.control(name)
+	if err != nil {
+		return fmt.Errorf("abort %s: %w", name, err)
+	}
+	defer f.Close()
+	if err := kernel.Abort(f); err != nil {
+		return fmt.Errorf("abort %s: %w", name, err)
+	}
+	return nil
+}
+
+// List describes every branch of the mount, main first.
+func (m *Mount) List() ([]branch.Info, error) {
+	data, err := m.command(branch.MainName, "list")
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", m.dir, err)
+	}
+	var st struct {
+		Branches []branch.Info `json:"branches"`
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("list %s: %w", m.dir, err)
+	}
+	return st.Branches, nil
+}
+
+// Info describes one branch; the error wraps syscall.ENOENT when there is
+// no such branch, or only a committed one of that name.
+func (m *Mount) Info(name string) (branch.Info, error) {
+	list, err := m.List()
+	if err != nil {
+		return branch.Info{}, err
+	}
+	for _, b := range list {
+		if b.Name == name {
+			return b, nil
+		}
+	}
+	return branch.Info{}, fmt.Errorf("branch %s: %w", name, syscall.ENOENT)
+}
+
+func checkBranchName(name string) error {
+	if name == branch.MainName {
+		return fmt.Errorf("%s: %w", name, branch.ErrMainView)
+	}
+	return branch.ValidateName(name)
+}

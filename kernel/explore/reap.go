@@ -1,0 +1,200 @@
+package explore
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Every run writes a record before it makes anything (branch, cgroup), and
+// removes it once it has ended all of it. A record whose owner process is
+// gone (killed with SIGKILL, say) is the work of a reaper: the janitor
+// process each owner starts, which waits for the owner to die, and Reap,
+// which every branchfs command calls. The records live in
+// /run/branchfs/runs for root, else $XDG_RUNTIME_DIR/branchfs/runs, else
+// $TMPDIR/branchfs-UID/runs.
+
+// record is what a run leaves for the reaper.
+type record struct {
+	Owner      int    `json:"owner"`
+	OwnerStart uint64 `json:"owner_start"` // start time, against pid reuse
+	Mount      string `json:"mount"`
+	Branch     string `json:"branch"`
+	Created    bool   `json:"created"` // abort the branch: the run made it
+	Cgroup     string `json:"cgroup,omitempty"`
+}
+
+func recordsDir() string {
+	if os.Geteuid() == 0 {
+		return "/run/branchfs/runs"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "branchfs", "runs")
+	}
+	return filepath.Join(os.TempDir(), "branchfs-"+strconv.Itoa(os.Geteuid()), "runs")
+}
+
+// writeRecord writes r atomically and returns its path.
+func writeRecord(r *record) (string, error) {
+	dir := recordsDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("run records: %w", err)
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%d-%d-%s.json", r.Owner, r.OwnerStart, randomHex()))
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return "", fmt.Errorf("run records: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("run records: %w", err)
+	}
+	return path, nil
+}
+
+func randomHex() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// procStart is the start time of a process (field 22 of /proc/PID/stat),
+// or 0 when it is gone or a zombie.
+func procStart(pid int) uint64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces; it ends at the last ')'.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return 0
+	}
+	n, _ := strconv.ParseUint(f[19], 10, 64)
+	return n
+}
+
+var selfStart = sync.OnceValue(func() uint64 { return procStart(os.Getpid()) })
+
+// Reap ends what runs whose process is gone left behind: their processes,
+// cgroups and the branches they created. It returns the first error and
+// goes on past it. Every branchfs command calls it; it costs one directory
+// read when there is nothing to do.
+func Reap() error {
+	ents, err := os.ReadDir(recordsDir())
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	var first error
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		path := filepath.Join(recordsDir(), e.Name())
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue // reaped meanwhile
+		}
+		var r record
+		if err := json.Unmarshal(data, &r); err != nil {
+			os.Remove(path)
+			continue
+		}
+		if procStart(r.Owner) == r.OwnerStart {
+			continue // its owner runs: not ours to end
+		}
+		if err := r.undo(); err != nil && first == nil {
+			first = err
+		}
+		os.Remove(path)
+	}
+	return first
+}
+
+// undo ends the run's processes and cgroup and drops the branch it made.
+func (r *record) undo() error {
+	var first error
+	if r.Cgroup != "" {
+		first = killCgroup(r.Cgroup)
+	}
+	if r.Created {
+		m, err := Open(r.Mount)
+		if err == nil {
+			err = m.Abort(r.Branch, true)
+		}
+		if err != nil && !errors.Is(err, syscall.ENOENT) && first == nil {
+			first = fmt.Errorf("reaping branch %s of %s: %w", r.Branch, r.Mount, err)
+		}
+	}
+	return first
+}
+
+// The janitor: one process per owner, outside the owner's session (a
+// Ctrl-C does not reach it) and outside every run's cgroup. It waits for
+// the owner to exit, however it exits, then reaps.
+const envJanitor = "BRANCHFS_RUN_JANITOR"
+
+var janitorOnce sync.Once
+
+func startJanitor() {
+	janitorOnce.Do(func() {
+		cmd := exec.Command("/proc/self/exe")
+		cmd.Args = []string{"branchfs-janitor"}
+		cmd.Env = []string{envJanitor + "=" + strconv.Itoa(os.Getpid())}
+		if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+			cmd.Env = append(cmd.Env, "XDG_RUNTIME_DIR="+d)
+		}
+		if d := os.Getenv("TMPDIR"); d != "" {
+			cmd.Env = append(cmd.Env, "TMPDIR="+d)
+		}
+		cmd.Dir = "/" // hold no mount busy
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if cmd.Start() == nil {
+			// It is reaped by init once this process is gone; until
+			// then a goroutine waits for it, so it leaves no zombie.
+			go cmd.Wait()
+		}
+	})
+}
+
+func runJanitor(owner string) {
+	pid, err := strconv.Atoi(owner)
+	if err != nil {
+		os.Exit(2)
+	}
+	if os.Getppid() == pid {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err == nil {
+			for {
+				_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1)
+				if err != unix.EINTR {
+					break
+				}
+			}
+		}
+	}
+	Reap()
+	os.Exit(0)
+}

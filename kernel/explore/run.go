@@ -1,0 +1,549 @@
+package explore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Action is what becomes of a run's branch when its command ends.
+type Action string
+
+const (
+	Commit Action = "commit" // apply the branch to its parent
+	Abort  Action = "abort"  // drop the branch
+	Keep   Action = "keep"   // leave the branch as it is
+)
+
+// Containment says how a run's processes are held together.
+const (
+	// ContainCgroup: a cgroup v2 of the run's own, ended with cgroup.kill,
+	// inside a PID namespace of its own.
+	ContainCgroup = "cgroup"
+	// ContainPIDNS: a PID namespace alone, where no cgroup could be
+	// written; ending its first process ends every other.
+	ContainPIDNS = "pid namespace"
+)
+
+// Environment variables every command in a run finds.
+const (
+	EnvBranch   = "BRANCHFS_BRANCH"   // the branch's name
+	EnvIndex    = "BRANCHFS_INDEX"    // the candidate's index in a pattern, 0 for run
+	EnvView     = "BRANCHFS_VIEW"     // where the command sees its branch: the mount point
+	EnvFeedback = "BRANCHFS_FEEDBACK" // reflexion and cascaded: earlier attempts' output
+	EnvDepth    = "BRANCHFS_DEPTH"    // tree and beam: the level, from 0
+)
+
+// Spec describes one run.
+type Spec struct {
+	Args []string // the command and its arguments
+	Env  []string // the command's environment; nil: this process's
+	Dir  string   // working directory; "": this process's. Inside the mount point it is the same place in the branch.
+
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+
+	Branch string // run in this existing branch; "": create one
+	Parent string // parent of the created branch; "": main
+	Name   string // name of the created branch; "": generated
+
+	Binds   []string      // more paths to show the branch at (where tools see the workspace)
+	Timeout time.Duration // end the run after this long; 0: no limit
+
+	// What to do with the branch when the command exits 0 (default
+	// Commit) and otherwise (default Abort for a branch the run created,
+	// Keep for a given Branch). Start leaves the choice to the caller.
+	OnSuccess, OnFailure Action
+
+	Index int  // BRANCHFS_INDEX
+	Score bool // give the command fd 3 to write a score to
+}
+
+// Result is how a run ended.
+type Result struct {
+	Branch      string   `json:"branch"`
+	Index       int      `json:"index"`
+	ExitCode    int      `json:"exit_code"`        // -1 when a signal ended it
+	Signal      string   `json:"signal,omitempty"` // e.g. "killed"
+	TimedOut    bool     `json:"timed_out,omitempty"`
+	Duration    float64  `json:"duration_seconds"`
+	Outcome     Action   `json:"outcome,omitempty"` // commit, abort or keep
+	Committed   bool     `json:"committed"`
+	Aborted     bool     `json:"aborted"`
+	DeltaFiles  int64    `json:"delta_files"`
+	DeltaBytes  int64    `json:"delta_bytes"`
+	Containment string   `json:"containment"`
+	NoCgroup    string   `json:"no_cgroup,omitempty"` // why a PID namespace alone holds the processes
+	Score       *float64 `json:"score,omitempty"`
+	Error       string   `json:"error,omitempty"` // the command could not start, or the branch could not be ended as asked
+
+	sig syscall.Signal
+}
+
+// Success reports whether the command exited 0 in time.
+func (r *Result) Success() bool { return r.ExitCode == 0 && !r.TimedOut && r.Error == "" }
+
+// Status is a shell's exit status for the run: the command's, 128+N when
+// signal N ended it, 124 on a timeout (as timeout(1)), 127 when it could
+// not start.
+func (r *Result) Status() int {
+	switch {
+	case r.TimedOut:
+		return 124
+	case r.sig != 0:
+		return 128 + int(r.sig)
+	case r.ExitCode < 0:
+		return 127
+	}
+	return r.ExitCode
+}
+
+// Proc is a started run.
+type Proc struct {
+	m        *Mount
+	spec     Spec
+	name     string
+	created  bool
+	rec      string // the record's path
+	cg       *cgroup
+	noCgroup string // why there is no cgroup
+	cmd      *exec.Cmd
+	status   *os.File
+	score    chan *float64
+	start    time.Time
+
+	mu       sync.Mutex
+	timedOut bool
+	done     chan struct{}
+	res      *Result
+	ended    bool
+}
+
+var nameSeq struct {
+	sync.Mutex
+	n int
+}
+
+// genName makes a branch name no other process makes: prefix, this
+// process's id, a random part and a sequence number.
+func genName(prefix string) string {
+	nameSeq.Lock()
+	nameSeq.n++
+	n := nameSeq.n
+	nameSeq.Unlock()
+	return fmt.Sprintf("%s-%d-%s-%d", prefix, os.Getpid(), randomHex(), n)
+}
+
+// Start creates the branch (unless spec.Branch names one) and starts the
+// command in it. Call Wait, then one of Commit, Abort or Keep.
+func (m *Mount) Start(ctx context.Context, spec Spec) (*Proc, error) {
+	if len(spec.Args) == 0 {
+		return nil, errors.New("run: no command")
+	}
+	if spec.Branch != "" && (spec.Parent != "" || spec.Name != "") {
+		return nil, errors.New("run: a branch to run in, or a parent and name for a new one, not both")
+	}
+	if spec.Branch != "" {
+		if err := checkBranchName(spec.Branch); err != nil {
+			return nil, fmt.Errorf("run: %w", err)
+		}
+		info, err := m.Info(spec.Branch)
+		if err != nil {
+			return nil, fmt.Errorf("run: %w", err)
+		}
+		if info.State != "live" {
+			return nil, fmt.Errorf("run: branch %s is %s", spec.Branch, info.State)
+		}
+	}
+	if spec.Name != "" {
+		if err := checkBranchName(spec.Name); err != nil {
+			return nil, fmt.Errorf("run: %w", err)
+		}
+	}
+	dir := spec.Dir
+	if dir == "" {
+		var err error
+		if dir, err = os.Getwd(); err != nil {
+			return nil, fmt.Errorf("run: working directory: %w", err)
+		}
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	binds := make([]string, 0, len(spec.Binds))
+	for _, b := range spec.Binds {
+		abs, err := filepath.Abs(b)
+		if err != nil {
+			return nil, err
+		}
+		if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("run: --bind %s: not a directory", b)
+		}
+		binds = append(binds, abs)
+	}
+	p := &Proc{m: m, spec: spec, name: spec.Branch, done: make(chan struct{})}
+	if p.name == "" {
+		p.name = spec.Name
+		if p.name == "" {
+			p.name = genName("run")
+		}
+		p.created = true
+	}
+	rec := &record{Owner: os.Getpid(), OwnerStart: selfStart(), Mount: m.dir, Branch: p.name, Created: p.created}
+	root, cgErr := cgroupRoot()
+	if cgErr == nil {
+		rec.Cgroup = filepath.Join(root, cgroupsDir, p.name)
+	}
+	startJanitor()
+	if p.rec, err = writeRecord(rec); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Proc, error) {
+		p.end()
+		return nil, err
+	}
+	if p.created {
+		if _, err := m.Create(spec.Parent, p.name); err != nil {
+			p.created = false
+			return fail(fmt.Errorf("run: %w", err))
+		}
+	}
+	if cgErr == nil {
+		p.cg, cgErr = newCgroup(rec.Cgroup)
+	}
+	if cgErr != nil {
+		p.noCgroup = cgErr.Error()
+	}
+	if err := p.startHelper(dir, binds); err != nil {
+		return fail(fmt.Errorf("run: %w", err))
+	}
+	p.start = time.Now()
+	go p.wait(ctx)
+	return p, nil
+}
+
+// rebase maps a path inside MNT/@NAME to the same place under MNT, which
+// shows the branch in the run.
+func (p *Proc) rebase(dir string) string {
+	view := p.m.View(p.name)
+	if dir == view || strings.HasPrefix(dir, view+"/") {
+		return p.m.dir + dir[len(view):]
+	}
+	return dir
+}
+
+func (p *Proc) startHelper(dir string, binds []string) error {
+	env := p.spec.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	env = append(env[:len(env):len(env)],
+		EnvBranch+"="+p.name, EnvIndex+"="+strconv.Itoa(p.spec.Index), EnvView+"="+p.m.dir)
+	cfg := initConfig{
+		View: p.m.View(p.name), Targets: append([]string{p.m.dir}, binds...),
+		Dir: p.rebase(dir), Args: p.spec.Args, Env: env, Score: p.spec.Score,
+	}
+	attr := &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
+		// Should this process die without ending the run (SIGKILL), the
+		// helper dies, and with it, as PID 1, the namespace.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if os.Geteuid() != 0 {
+		// New namespaces need CAP_SYS_ADMIN: an ordinary user gets it
+		// in a user namespace of its own, mapped to itself, for the
+		// helper alone (it drops it before the command starts).
+		cfg.UserNS = true
+		uid, gid := os.Geteuid(), os.Getegid()
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
+	}
+	if p.cg != nil {
+		attr.UseCgroupFD = true
+		attr.CgroupFD = int(p.cg.fd.Fd())
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer statusW.Close()
+	extra := []*os.File{statusW}
+	var scoreW *os.File
+	if p.spec.Score {
+		var scoreR *os.File
+		if scoreR, scoreW, err = os.Pipe(); err != nil {
+			statusR.Close()
+			return err
+		}
+		defer scoreW.Close()
+		extra = append(extra, scoreW)
+		p.score = make(chan *float64, 1)
+		go readScore(scoreR, p.score)
+	}
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{"branchfs-init", p.name}
+	cmd.Env = []string{envInit + "=" + string(raw)}
+	cmd.Dir = "/"
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.spec.Stdin, p.spec.Stdout, p.spec.Stderr
+	cmd.ExtraFiles = extra
+	cmd.SysProcAttr = attr
+	err = cmd.Start()
+	if err != nil && p.cg != nil {
+		// The kernel or the hierarchy may refuse CLONE_INTO_CGROUP
+		// (another user's cgroup, say): fall back to the namespace alone.
+		p.dropCgroup()
+		p.noCgroup = "starting in the cgroup: " + err.Error()
+		attr.UseCgroupFD = false
+		cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir,
+			Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr, ExtraFiles: extra, SysProcAttr: attr}
+		err = cmd.Start()
+	}
+	if err != nil {
+		statusR.Close()
+		return fmt.Errorf("starting the run's helper: %w", err)
+	}
+	p.cmd, p.status = cmd, statusR
+	return nil
+}
+
+// readScore reads what a command wrote to fd 3: a number, or nothing.
+func readScore(r *os.File, out chan<- *float64) {
+	defer r.Close()
+	data, _ := io.ReadAll(io.LimitReader(r, 4096))
+	f := strings.Fields(string(data))
+	if len(f) > 0 {
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			out <- &v
+			return
+		}
+	}
+	out <- nil
+}
+
+func (p *Proc) dropCgroup() {
+	if p.cg != nil {
+		p.cg.fd.Close()
+		killCgroup(p.cg.dir)
+		p.cg = nil
+	}
+}
+
+// kill ends every process of the run.
+func (p *Proc) kill() {
+	if p.cg != nil {
+		os.WriteFile(filepath.Join(p.cg.dir, "cgroup.kill"), []byte("1"), 0)
+	}
+	if p.cmd != nil && p.cmd.Process != nil {
+		p.cmd.Process.Kill()
+	}
+}
+
+func (p *Proc) wait(ctx context.Context) {
+	if p.spec.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.spec.Timeout)
+		defer cancel()
+	}
+	exited := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			p.mu.Lock()
+			p.timedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
+			p.mu.Unlock()
+			p.kill()
+		case <-exited:
+		}
+	}()
+	p.cmd.Wait()
+	close(exited)
+	var st initStatus
+	if err := json.NewDecoder(p.status).Decode(&st); err != nil {
+		st = initStatus{Exit: -1, Signal: int(syscall.SIGKILL)}
+	}
+	p.status.Close()
+	// The helper was PID 1: its exit ended the namespace. The cgroup also
+	// holds anything that left it (setns), so end that too.
+	p.kill()
+	res := &Result{Branch: p.name, Index: p.spec.Index, ExitCode: st.Exit, Error: st.Error,
+		Duration: time.Since(p.start).Seconds(), Containment: ContainPIDNS, NoCgroup: p.noCgroup}
+	if p.cg != nil {
+		res.Containment = ContainCgroup
+		p.cg.fd.Close()
+		if err := killCgroup(p.cg.dir); err != nil && res.Error == "" {
+			res.Error = err.Error()
+		}
+	}
+	if st.Signal != 0 {
+		res.sig = syscall.Signal(st.Signal)
+		res.Signal = res.sig.String()
+	}
+	p.mu.Lock()
+	res.TimedOut = p.timedOut
+	p.mu.Unlock()
+	if p.score != nil {
+		res.Score = <-p.score
+	}
+	p.res = res
+	close(p.done)
+}
+
+// Branch is the name of the run's branch.
+func (p *Proc) Branch() string { return p.name }
+
+// Pid is the helper's process ID, PID 1 of the run's namespace.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed once the command has ended and every process of the run
+// is gone.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Kill ends the run's processes now; Wait then returns.
+func (p *Proc) Kill() { p.kill() }
+
+// Wait waits for the command to end, then ends every process it left and
+// returns how it went. The branch stays until Commit, Abort or Keep.
+func (p *Proc) Wait() *Result {
+	<-p.done
+	return p.res
+}
+
+// Commit waits for the run, then applies its branch to the parent. On
+// failure (syscall.ESTALE: a sibling won) the branch stays.
+func (p *Proc) Commit() error {
+	r := p.Wait()
+	p.delta(r)
+	err := p.m.Commit(p.name)
+	if err == nil {
+		r.Outcome, r.Committed = Commit, true
+		p.end()
+	}
+	return err
+}
+
+// Abort waits for the run, then drops its branch and any child branches
+// it made.
+func (p *Proc) Abort() error {
+	r := p.Wait()
+	p.delta(r)
+	err := p.m.Abort(p.name, true)
+	if err == nil || errors.Is(err, syscall.ENOENT) {
+		r.Outcome, r.Aborted = Abort, true
+		p.end()
+		return nil
+	}
+	return err
+}
+
+// Keep waits for the run and leaves its branch as it is.
+func (p *Proc) Keep() {
+	r := p.Wait()
+	p.delta(r)
+	r.Outcome = Keep
+	p.created = false
+	p.end()
+}
+
+func (p *Proc) delta(r *Result) {
+	if info, err := p.m.Info(p.name); err == nil {
+		r.DeltaFiles, r.DeltaBytes = info.DeltaFiles, info.DeltaBytes
+	}
+}
+
+// end drops the run's record; before Start succeeded, it also undoes what
+// Start made.
+func (p *Proc) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return
+	}
+	p.ended = true
+	if p.cmd == nil {
+		p.dropCgroup()
+		if p.created {
+			p.m.Abort(p.name, true)
+		}
+	}
+	if p.rec != "" {
+		os.Remove(p.rec)
+	}
+}
+
+// Run runs a command in a branch and ends the branch as spec says.
+// The error is about the branch (it could not be made, committed or
+// aborted); how the command went is in the Result.
+func (m *Mount) Run(ctx context.Context, spec Spec) (*Result, error) {
+	p, err := m.Start(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return p.Finish(spec.OnSuccess, spec.OnFailure)
+}
+
+// Finish waits for the run and ends its branch: onSuccess when the command
+// exited 0 in time (default Commit), onFailure otherwise (default Abort
+// for a branch the run created, else Keep). A failed commit is a failure:
+// onFailure applies, and the error says why.
+func (p *Proc) Finish(onSuccess, onFailure Action) (*Result, error) {
+	r := p.Wait()
+	if onSuccess == "" {
+		onSuccess = Commit
+	}
+	if onFailure == "" {
+		onFailure = Keep
+		if p.created {
+			onFailure = Abort
+		}
+	}
+	var err error
+	if r.Success() {
+		if onSuccess == Keep {
+			p.Keep()
+			return r, nil
+		}
+		if err = p.Commit(); err == nil {
+			return r, nil
+		}
+	}
+	switch onFailure {
+	case Abort:
+		if aerr := p.Abort(); aerr != nil && err == nil {
+			err = aerr
+		}
+	default:
+		p.Keep()
+	}
+	return r, err
+}
+
+// ValidAction checks an action given by name for onSuccess (commit, keep)
+// or onFailure (abort, keep).
+func ValidAction(a Action, success bool) error {
+	switch {
+	case a == Keep, success && a == Commit, !success && a == Abort:
+		return nil
+	case success:
+		return fmt.Errorf("on success: %q is not commit or keep", a)
+	}
+	return fmt.Errorf("on failure: %q is not abort or keep", a)
+}

@@ -1,0 +1,263 @@
+package explore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A command that writes at the workspace's usual path (the mount point,
+// a --bind path, or relative to a working directory inside the mount)
+// writes into its branch, not the base.
+func TestRunWritesAtUsualPath(t *testing.T) {
+	tm := mountT(t)
+	var out bytes.Buffer
+	res, err := tm.Run(context.Background(), Spec{
+		Args:      sh(`echo new > ` + tm.mnt + `/file; echo b > ` + tm.base + `/dir/b; echo rel > c; pwd; echo $BRANCHFS_BRANCH $BRANCHFS_INDEX $BRANCHFS_VIEW`),
+		Dir:       filepath.Join(tm.mnt, "dir"),
+		Binds:     []string{tm.base},
+		Stdout:    &out,
+		OnSuccess: Keep,
+	})
+	must(t, err)
+	if !res.Success() || res.Outcome != Keep || res.Containment != ContainCgroup {
+		t.Fatalf("result %+v", res)
+	}
+	view := tm.View(res.Branch)
+	if got, want := out.String(), filepath.Join(tm.mnt, "dir")+"\n"+res.Branch+" 0 "+tm.mnt+"\n"; got != want {
+		t.Errorf("output %q, want %q", got, want)
+	}
+	for p, want := range map[string]string{"file": "new\n", "dir/b": "b\n", "dir/c": "rel\n"} {
+		if got := readFile(t, filepath.Join(view, p)); got != want {
+			t.Errorf("branch %s = %q, want %q", p, got, want)
+		}
+	}
+	if got := readFile(t, filepath.Join(tm.base, "file")); got != "base\n" {
+		t.Errorf("base file = %q: the run wrote to the base", got)
+	}
+	for _, p := range []string{"dir/b", "dir/c"} {
+		if _, err := os.Stat(filepath.Join(tm.base, p)); err == nil {
+			t.Errorf("base has %s: the run wrote to the base", p)
+		}
+	}
+	if res.DeltaFiles == 0 || res.DeltaBytes == 0 {
+		t.Errorf("delta %d files, %d bytes", res.DeltaFiles, res.DeltaBytes)
+	}
+	// A working directory in the branch's own view is the same place.
+	out.Reset()
+	_, err = tm.Run(context.Background(), Spec{Args: sh("pwd; cat c"), Dir: filepath.Join(view, "dir"), Branch: res.Branch, Stdout: &out, OnSuccess: Keep})
+	must(t, err)
+	if got, want := out.String(), filepath.Join(tm.mnt, "dir")+"\nrel\n"; got != want {
+		t.Errorf("in the view: output %q, want %q", got, want)
+	}
+	// Committing puts it all in the base.
+	must(t, tm.Commit(res.Branch))
+	if got := readFile(t, filepath.Join(tm.base, "dir", "c")); got != "rel\n" {
+		t.Errorf("after commit: base dir/c = %q", got)
+	}
+	tm.noneLeft(t, token(t))
+}
+
+// A grandchild that setsid()s and double-forks is gone once the run ends,
+// whether its branch is committed or aborted, and so are the cgroup, the
+// record and the branch.
+func TestDaemonGoneAfterRun(t *testing.T) {
+	tm := mountT(t)
+	tok := token(t)
+	for _, code := range []int{0, 1} {
+		ready := filepath.Join(t.TempDir(), "ready")
+		res, err := tm.Run(context.Background(), Spec{Args: sh(daemon(tok, ready) + "; exit " + strconv.Itoa(code))})
+		must(t, err)
+		if _, err := os.Stat(ready); err != nil {
+			t.Fatalf("the daemon did not start: %v", err)
+		}
+		if res.ExitCode != code || (code == 0) != res.Committed || (code != 0) != res.Aborted {
+			t.Errorf("exit %d: result %+v", code, res)
+		}
+		tm.noneLeft(t, tok)
+	}
+}
+
+// A timeout ends the whole tree, daemon included, and says so.
+func TestTimeoutEndsTree(t *testing.T) {
+	tm := mountT(t)
+	tok := token(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	res, err := tm.Run(context.Background(), Spec{Args: sh(daemon(tok, ready) + "; sleep 1000"), Timeout: 300 * time.Millisecond})
+	must(t, err)
+	if !res.TimedOut || res.Status() != 124 || !res.Aborted {
+		t.Errorf("result %+v, status %d", res, res.Status())
+	}
+	if _, err := os.Stat(ready); err != nil {
+		t.Errorf("the daemon did not start in 300 ms: %v", err)
+	}
+	tm.noneLeft(t, tok)
+}
+
+// Siblings run in separate PID namespaces: one cannot signal the other.
+func TestSiblingsCannotSignal(t *testing.T) {
+	tm := mountT(t)
+	tok := token(t)
+	dir := t.TempDir()
+	victim, err := tm.Start(context.Background(), Spec{Args: sh("touch " + dir + "/up; sleep 1000; : " + tok)})
+	must(t, err)
+	eventually(t, "the victim to start", func() bool { return len(withToken(tok)) > 0 })
+	// Its process ID as this process sees it, and as it sees itself.
+	pid := strings.SplitN(withToken(tok)[0], ":", 2)[0]
+	var out bytes.Buffer
+	res, err := tm.Run(context.Background(), Spec{
+		Args:   sh("kill -9 " + pid + " 2>/dev/null || echo refused; test -e /proc/" + pid + " || echo unseen"),
+		Stdout: &out, Stderr: &out,
+	})
+	must(t, err)
+	select {
+	case <-victim.Done():
+		t.Fatalf("the sibling killed the victim: %s", out.String())
+	default:
+	}
+	if len(withToken(tok)) == 0 {
+		t.Fatalf("victim gone: %s", out.String())
+	}
+	if out.String() != "refused\nunseen\n" || !res.Success() {
+		t.Errorf("attacker: %q, %+v", out.String(), res)
+	}
+	victim.Kill()
+	must(t, victim.Abort())
+	tm.noneLeft(t, tok)
+}
+
+// A run's branch can be kept, and an existing branch run in again; bad
+// input changes nothing.
+func TestRunBadInput(t *testing.T) {
+	tm := mountT(t)
+	ctx := context.Background()
+	for _, spec := range []Spec{
+		{},
+		{Args: []string{"true"}, Branch: "nosuch"},
+		{Args: []string{"true"}, Branch: "main"},
+		{Args: []string{"true"}, Branch: "x", Parent: "y"},
+		{Args: []string{"true"}, Name: "bad/name"},
+		{Args: []string{"true"}, Parent: "nosuch"},
+		{Args: []string{"true"}, Binds: []string{"/nonexistent"}},
+	} {
+		if res, err := tm.Run(ctx, spec); err == nil {
+			t.Errorf("%+v: no error, result %+v", spec, res)
+		}
+	}
+	// A command that cannot start is a failure, with the reason.
+	res, err := tm.Run(ctx, Spec{Args: []string{"/nonexistent/cmd"}})
+	must(t, err)
+	if res.Success() || res.Status() != 127 || !strings.Contains(res.Error, "nonexistent") || !res.Aborted {
+		t.Errorf("missing command: %+v", res)
+	}
+	tm.noneLeft(t, token(t))
+}
+
+// Ctrl-C and kill -9 of `branchfs run` leave nothing behind: no process,
+// cgroup, record or branch.
+func TestInterruptedRunLeavesNothing(t *testing.T) {
+	tm := mountT(t)
+	tok := token(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGKILL} {
+		ready := filepath.Join(t.TempDir(), "ready")
+		cmd := exec.Command(binary, "run", tm.mnt, "--", "sh", "-c", daemon(tok, ready)+"; sleep 1000")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		must(t, cmd.Start())
+		eventually(t, "the daemon", func() bool { _, err := os.Stat(ready); return err == nil })
+		cmd.Process.Signal(sig)
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("%v: %v", sig, err)
+		}
+		if sig == syscall.SIGINT && ee.ExitCode() != 130 {
+			t.Errorf("SIGINT: exit %d, want 130: %s", ee.ExitCode(), stderr.String())
+		}
+		pid := cmd.Process.Pid
+		// After SIGKILL the janitor cleans up, once it sees the run gone.
+		eventually(t, "nothing left", func() bool {
+			if len(withToken(tok)) > 0 {
+				return false
+			}
+			ents, _ := os.ReadDir(recordsDir())
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name(), strconv.Itoa(pid)+"-") {
+					return false
+				}
+			}
+			list, err := tm.List()
+			return err == nil && len(list) == 1
+		})
+		if root, err := cgroupRoot(); err == nil {
+			ents, _ := os.ReadDir(filepath.Join(root, cgroupsDir))
+			for _, e := range ents {
+				if strings.Contains(e.Name(), "-"+strconv.Itoa(pid)+"-") {
+					t.Errorf("%v: cgroup left: %s", sig, e.Name())
+				}
+			}
+		}
+	}
+}
+
+// Where no cgroup can be made, the PID namespace alone ends the tree, and
+// the result says so.
+func TestPIDNamespaceFallback(t *testing.T) {
+	tm := mountT(t)
+	saved := cgroupRoot
+	cgroupRoot = func() (string, error) { return "", errors.New("test: no cgroups") }
+	defer func() { cgroupRoot = saved }()
+	tok := token(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	res, err := tm.Run(context.Background(), Spec{Args: sh(daemon(tok, ready) + "; exit 1")})
+	must(t, err)
+	if res.Containment != ContainPIDNS || !strings.Contains(res.NoCgroup, "no cgroups") || !res.Aborted {
+		t.Errorf("result %+v", res)
+	}
+	tm.noneLeft(t, tok)
+}
+
+// The CLI prints the run's record with --json, and exits with the
+// command's status.
+func TestRunCLI(t *testing.T) {
+	tm := mountT(t)
+	cmd := exec.Command(binary, "run", "--json", "--on-failure", "keep", tm.mnt, "--", "sh", "-c", "echo out; echo x > "+tm.mnt+"/new; exit 7")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Fatalf("exit: %v: %s", err, stderr.String())
+	}
+	var res Result
+	must(t, json.Unmarshal(stdout.Bytes(), &res))
+	if res.ExitCode != 7 || res.Outcome != Keep || res.DeltaFiles != 1 || res.Containment != ContainCgroup || stderr.String() != "out\n" {
+		t.Errorf("record %s, stderr %q", stdout.String(), stderr.String())
+	}
+	if got := readFile(t, filepath.Join(tm.View(res.Branch), "new")); got != "x\n" {
+		t.Errorf("kept branch: new = %q", got)
+	}
+	must(t, tm.Abort(res.Branch, false))
+	for _, args := range [][]string{
+		{"run", tm.mnt},
+		{"run", tm.mnt, "true"},
+		{"run", "--on-success", "abort", tm.mnt, "--", "true"},
+		{"run", "--branch", "x", "--parent", "y", tm.mnt, "--", "true"},
+		{"run", "/", "--", "true"},
+	} {
+		out, err := exec.Command(binary, args...).CombinedOutput()
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.HasPrefix(string(out), "branchfs: run: ") {
+			t.Errorf("%q: %v: %s", args, err, out)
+		}
+	}
+	tm.noneLeft(t, token(t))
+}
