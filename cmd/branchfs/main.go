@@ -8,6 +8,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/branchfs/branchfs/kernel/explore"
 	"github.com/spf13/cobra"
 )
 
@@ -26,7 +27,15 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(mountCmd(), unmountCmd(), createCmd(), commitCmd(), abortCmd(), listCmd(), diffCmd())
+	root.AddCommand(runCmd())
+	// What a killed `branchfs run` left (processes, cgroups, branches) is
+	// ended by the next branchfs command.
+	root.PersistentPreRun = func(*cobra.Command, []string) { explore.Reap() }
 	if err := root.Execute(); err != nil {
+		var status exitStatus
+		if errors.As(err, &status) {
+			os.Exit(int(status))
+		}
 		fmt.Fprintln(os.Stderr, "branchfs:", err)
 		if errors.Is(err, syscall.ESTALE) {
 			os.Exit(exitStale)

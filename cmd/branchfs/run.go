@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/branchfs/branchfs/kernel/explore"
+	"github.com/spf13/cobra"
+)
+
+// exitStatus makes main exit with a status of its own choosing, after
+// printing nothing (the command's output said it all).
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// interruptible cancels ctx on SIGINT, SIGTERM and SIGHUP, so that a run
+// ends its processes and branches before branchfs exits (with 128+N).
+func interruptible() (context.Context, func() int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	var got syscall.Signal
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			got = s.(syscall.Signal)
+			cancel()
+		case <-done:
+		}
+	}()
+	return ctx, func() int {
+		close(done)
+		signal.Stop(sigs)
+		if got != 0 {
+			return 128 + int(got)
+		}
+		return 0
+	}
+}
+
+func runCmd() *cobra.Command {
+	var branchName, parent, onSuccess, onFailure string
+	var timeout time.Duration
+	var asJSON bool
+	var binds []string
+	c := &cobra.Command{
+		Use:   "run [--branch NAME | --parent P] [--on-success commit|keep] [--on-failure abort|keep] [--timeout D] [--json] [--bind PATH]... MNT -- CMD ARGS...",
+		Short: "Run CMD in a branch in which MNT shows the branch; commit or abort it when CMD ends",
+		Long: `Run CMD in a new branch of MNT (a child of --parent, default main), or in the existing branch
+--branch NAME. CMD runs in a private mount namespace in which MNT itself (and each --bind PATH) shows
+the branch, with its working directory moved into the branch when it was inside MNT. Every process it
+starts ends with it. When CMD exits 0 the branch is committed (--on-success keep leaves it); otherwise
+a branch the run made is aborted (--on-failure keep leaves it; a --branch is kept unless told).
+Output and exit status are CMD's (124 on --timeout, 128+N when signal N ended it).`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dash := cmd.ArgsLenAtDash()
+			if dash != 1 || len(args) < 2 {
+				return errors.New("run: usage: branchfs run [flags] MNT -- CMD ARGS")
+			}
+			if branchName != "" && parent != "" {
+				return errors.New("run: --branch and --parent exclude each other")
+			}
+			spec := explore.Spec{Args: args[1:], Branch: branchName, Parent: parent, Binds: binds, Timeout: timeout,
+				OnSuccess: explore.Action(onSuccess), OnFailure: explore.Action(onFailure),
+				Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+			if err := explore.ValidAction(spec.OnSuccess, true); err != nil {
+				return fmt.Errorf("run: --%w", err)
+			}
+			if onFailure != "" {
+				if err := explore.ValidAction(spec.OnFailure, false); err != nil {
+					return fmt.Errorf("run: --%w", err)
+				}
+			}
+			if timeout < 0 {
+				return fmt.Errorf("run: --timeout must not be negative")
+			}
+			m, err := explore.Open(args[0])
+			if err != nil {
+				return fmt.Errorf("run: %w", err)
+			}
+			if asJSON {
+				// The record is the only thing on stdout.
+				spec.Stdout = os.Stderr
+			}
+			ctx, stop := interruptible()
+			res, err := m.Run(ctx, spec)
+			sig := stop()
+			if res == nil {
+				return err
+			}
+			if res.Containment != explore.ContainCgroup {
+				fmt.Fprintf(os.Stderr, "branchfs: run: processes held by a %s only (no cgroup: %s)\n", res.Containment, res.NoCgroup)
+			}
+			if res.Error != "" && err == nil {
+				fmt.Fprintf(os.Stderr, "branchfs: run: %s\n", res.Error)
+			}
+			if asJSON {
+				json.NewEncoder(os.Stdout).Encode(res)
+			}
+			if err != nil {
+				return fmt.Errorf("run: %w", err)
+			}
+			if sig != 0 {
+				return exitStatus(sig)
+			}
+			if s := res.Status(); s != 0 {
+				return exitStatus(s)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&branchName, "branch", "", "run in this existing branch")
+	c.Flags().StringVar(&parent, "parent", "", "parent of the new branch (default main)")
+	c.Flags().StringVar(&onSuccess, "on-success", "commit", "commit or keep the branch when CMD exits 0")
+	c.Flags().StringVar(&onFailure, "on-failure", "", "abort or keep the branch otherwise (default: abort a new branch, keep a --branch)")
+	c.Flags().DurationVar(&timeout, "timeout", 0, "end the run after this long (e.g. 30s)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON record of the run on stdout (CMD's stdout goes to stderr)")
+	c.Flags().StringArrayVar(&binds, "bind", nil, "also show the branch at this path (repeatable)")
+	return c
+}
