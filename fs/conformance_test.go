@@ -260,6 +260,8 @@ func fsop(dir, op string, a []string) string {
 			_, err = unix.Write(fd, []byte("x"))
 			unix.Close(fd)
 		}
+	case "ioctl", "ctl": // control_test.go
+		err = controlOp(op, p(0), a[1])
 	case "setcap":
 		// A version 2 capability set: CAP_NET_BIND_SERVICE permitted.
 		capSet := []byte{0, 0, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}

@@ -20,13 +20,15 @@ import (
 // "abort:recursive", "list" and "diff". Reading it returns the answer to
 // the last command written on that handle, or the list of branches.
 
-// ctlIno keeps control files clear of real inode numbers.
-const ctlIno = 0xffff_0000_0000_0000
+// ControlIno is the inode number of every control file, clear of real
+// inode numbers: the CLI checks it to tell the control file from a user's
+// file of the same name.
+const ControlIno = 0xffff_0000_0000_0000
 
 func (n *Node) controlInode(ctx context.Context, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	c := &ctlNode{fsys: n.fsys, view: n.view}
 	c.fillAttr(&out.Attr)
-	ino, gen := uint64(ctlIno), n.StableAttr().Gen
+	ino, gen := uint64(ControlIno), n.StableAttr().Gen
 	return n.NewInode(ctx, c, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino, Gen: gen}), 0
 }
 
@@ -36,10 +38,16 @@ type ctlNode struct {
 	view *branch.View
 }
 
+// fillAttr: the kernel lets the mount's user, and the control group when
+// there is one, open the control file; the daemon checks each command too.
 func (c *ctlNode) fillAttr(a *fuse.Attr) {
 	a.Mode = syscall.S_IFREG | 0o600
 	a.Nlink = 1
-	a.Owner = fuse.Owner{Uid: uint32(os.Geteuid()), Gid: uint32(os.Getegid())}
+	a.Owner = fuse.Owner{Uid: c.fsys.owner, Gid: uint32(os.Getegid())}
+	if g := c.fsys.opts.ControlGroup; g != nil {
+		a.Mode |= 0o060
+		a.Gid = *g
+	}
 	t := uint64(c.fsys.start.Unix())
 	a.Atime, a.Mtime, a.Ctime = t, t, t
 }
@@ -64,11 +72,11 @@ func (c *ctlNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 }
 
 func (c *ctlNode) Ioctl(ctx context.Context, f gofs.FileHandle, cmd uint32, arg uint64, input, output []byte) (int32, syscall.Errno) {
-	return c.fsys.ioctl(c.view, cmd, output)
+	return c.fsys.ioctl(ctx, c.view, cmd, arg, output)
 }
 
 func (n *Node) Ioctl(ctx context.Context, f gofs.FileHandle, cmd uint32, arg uint64, input, output []byte) (int32, syscall.Errno) {
-	return n.fsys.ioctl(n.view, cmd, output)
+	return n.fsys.ioctl(ctx, n.view, cmd, arg, output)
 }
 
 type ctlHandle struct {
@@ -81,7 +89,10 @@ func (h *ctlHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Read
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.resp == nil {
-		h.resp, _ = h.ctl.fsys.command(h.ctl.view, "list")
+		var err error
+		if h.resp, err = h.ctl.fsys.command(ctx, h.ctl.view, "list"); err != nil {
+			return nil, toErrno(err)
+		}
 	}
 	if off >= int64(len(h.resp)) {
 		return fuse.ReadResultData(nil), 0
@@ -90,7 +101,7 @@ func (h *ctlHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Read
 }
 
 func (h *ctlHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	resp, err := h.ctl.fsys.command(h.ctl.view, strings.TrimSpace(string(data)))
+	resp, err := h.ctl.fsys.command(ctx, h.ctl.view, strings.TrimSpace(string(data)))
 	if err != nil {
 		return 0, toErrno(err)
 	}
@@ -101,12 +112,25 @@ func (h *ctlHandle) Write(ctx context.Context, data []byte, off int64) (uint32, 
 }
 
 func (h *ctlHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input, output []byte) (int32, syscall.Errno) {
-	return h.ctl.fsys.ioctl(h.ctl.view, cmd, output)
+	return h.ctl.fsys.ioctl(ctx, h.ctl.view, cmd, arg, output)
 }
 
-func (f *FS) ioctl(v *branch.View, cmd uint32, output []byte) (int32, syscall.Errno) {
+func (f *FS) ioctl(ctx context.Context, v *branch.View, cmd uint32, arg uint64, output []byte) (int32, syscall.Errno) {
+	switch cmd {
+	case kernel.FS_IOC_BRANCH_CREATE, kernel.FS_IOC_BRANCH_COMMIT, kernel.FS_IOC_BRANCH_ABORT:
+	default:
+		return 0, syscall.ENOTTY
+	}
+	if err := f.authorize(ctx); err != nil {
+		return 0, toErrno(err)
+	}
 	switch cmd {
 	case kernel.FS_IOC_BRANCH_CREATE:
+		// The kernel copies the name out after the reply; a buffer it
+		// cannot write to must fail before the branch exists.
+		if errno := callerBufferWritable(ctx, arg, len(output)); errno != 0 {
+			return 0, errno
+		}
 		name, err := f.create(v, "")
 		if err != nil {
 			return 0, toErrno(err)
@@ -123,7 +147,10 @@ func (f *FS) ioctl(v *branch.View, cmd uint32, output []byte) (int32, syscall.Er
 }
 
 // command runs one control-file command for view v.
-func (f *FS) command(v *branch.View, cmd string) ([]byte, error) {
+func (f *FS) command(ctx context.Context, v *branch.View, cmd string) ([]byte, error) {
+	if err := f.authorize(ctx); err != nil {
+		return nil, err
+	}
 	verb, arg, _ := strings.Cut(cmd, ":")
 	switch {
 	case verb == "create":
@@ -179,6 +206,6 @@ func (f *FS) abort(v *branch.View, recursive bool) error {
 	if err != nil {
 		return err
 	}
-	f.viewsGone(dropped, dropped)
+	f.loop.serveWhile(func() { f.viewsGone(dropped, dropped) })
 	return nil
 }

@@ -65,6 +65,13 @@ type Options struct {
 	// before idle branch views are dropped from its caches (trim.go); 0
 	// means DefaultMaxInodes, below 0 no limit.
 	MaxInodes int
+	// ControlGroup, when set, is a group whose members may create, commit
+	// and abort branches besides the user who mounted and root
+	// (authorize.go).
+	ControlGroup *uint32
+	// ListBranches shows the @NAME entries of live branches in the listing
+	// of the mount's root, for clients that find branches that way.
+	ListBranches bool
 }
 
 // FS is a mounted branch store.
@@ -75,6 +82,7 @@ type FS struct {
 	mnt   string
 	loop  *requestLoop
 	start time.Time
+	owner uint32 // the user who mounted: the daemon's
 
 	mu    sync.Mutex
 	use   map[*branch.View]*viewUse
@@ -96,7 +104,7 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 	if opts.MaxInodes == 0 {
 		opts.MaxInodes = DefaultMaxInodes
 	}
-	f := &FS{store: store, opts: opts, start: time.Now(), use: map[*branch.View]*viewUse{}}
+	f := &FS{store: store, opts: opts, start: time.Now(), owner: uint32(os.Geteuid()), use: map[*branch.View]*viewUse{}}
 	f.root = &Node{fsys: f, view: store.Main(), viewRoot: true}
 	root, err := store.Main().Lookup("")
 	if err != nil {
@@ -339,29 +347,28 @@ func (f *FS) afterCommit(branchName string, res *branch.CommitResult) {
 // viewsGone brings the kernel's caches in line with branches that are
 // gone, and with views whose known inodes must drop their cached data and
 // attributes, so that handles open there stop answering (the gone
-// branches of an abort, the stale ones of a commit). A gone branch's root
-// loses its attributes at once: a stat of its name, or a path through it,
-// then asks the daemon, which no longer knows it. The rest only concerns
-// views whose operations already fail in the daemon, and follows the reply
-// a moment later, so as not to compete with it for the CPU: dropping a
-// name makes the kernel evict every inode below it, and the pages of every
-// file written there, which takes milliseconds for a large delta.
+// branches of an abort, the stale ones of a commit). A gone branch's name
+// is dropped before the reply, so that MNT/@NAME is gone when the command
+// returns. The rest only concerns views whose operations already fail in
+// the daemon, and follows the reply a moment later, so as not to compete
+// with it for the CPU: dropping names makes the kernel evict every inode
+// below them, and the pages of every file written there, which takes
+// milliseconds for a large delta.
+// Preconditions: called inside loop.serveWhile (it drops names).
 func (f *FS) viewsGone(gone, emptied []string) {
-	for _, name := range gone {
-		if r := f.viewRoot(name); r != nil {
-			r.NotifyContent(0, 0)
-		}
-	}
 	var roots []*Node
 	for _, name := range emptied {
 		if r := f.viewRoot(name); r != nil {
 			roots = append(roots, r)
 		}
 	}
-	time.AfterFunc(cleanupDelay, func() {
-		for _, name := range gone {
+	for _, name := range gone {
+		if r := f.viewRoot(name); r != nil {
+			r.NotifyContent(0, 0)
 			f.root.NotifyEntry(BranchPrefix + name)
 		}
+	}
+	time.AfterFunc(cleanupDelay, func() {
 		for _, r := range roots {
 			notifyTree(&r.Inode)
 		}

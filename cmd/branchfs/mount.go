@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"os/user"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -23,7 +24,7 @@ import (
 )
 
 func mountCmd() *cobra.Command {
-	var base, store, passthrough string
+	var base, store, passthrough, controlGroup string
 	var foreground, debug, durable bool
 	var readyFd, maxBranches, maxInodes int
 	var passthroughMinSize int64
@@ -48,6 +49,14 @@ func mountCmd() *cobra.Command {
 			default:
 				return fmt.Errorf("mount: --passthrough must be auto, on or off, not %q", passthrough)
 			}
+			opts := fs.Options{Passthrough: fs.Passthrough(passthrough), PassthroughMinSize: passthroughMinSize, Debug: debug, Timeout: cacheTimeout, MaxInodes: maxInodes}
+			if controlGroup != "" {
+				gid, err := lookupGroup(controlGroup)
+				if err != nil {
+					return fmt.Errorf("mount: --control-group: %w", err)
+				}
+				opts.ControlGroup = &gid
+			}
 			if store == "" {
 				if store, err = defaultStore(mnt, base); err != nil {
 					return err
@@ -63,7 +72,7 @@ func mountCmd() *cobra.Command {
 			if !foreground {
 				return startDaemon(mnt, store)
 			}
-			return serve(mnt, base, store, fs.Options{Passthrough: fs.Passthrough(passthrough), PassthroughMinSize: passthroughMinSize, Debug: debug, Timeout: cacheTimeout, MaxInodes: maxInodes}, readyFd, maxBranches, durable)
+			return serve(mnt, base, store, opts, readyFd, maxBranches, durable)
 		},
 	}
 	c.Flags().StringVar(&base, "base", "", "directory to show at the mount point")
@@ -76,9 +85,23 @@ func mountCmd() *cobra.Command {
 	c.Flags().DurationVar(&cacheTimeout, "cache-timeout", fs.DefaultTimeout, "how long the kernel caches names and attributes; changes made through branchfs reach it at once, this bounds how long changes made to the base directly stay unseen")
 	c.Flags().IntVar(&maxInodes, "max-inodes", fs.DefaultMaxInodes, "inodes the kernel may hold through all views before the least recently used branch views are dropped from its caches; -1: no limit")
 	c.Flags().BoolVar(&durable, "durable", false, "flush each commit's journal record to the disk before the commit moves anything, so that commits stay all-or-nothing across power loss and kernel crashes too (a daemon crash never needs it); costs one disk flush per commit")
+	c.Flags().StringVar(&controlGroup, "control-group", "", "group (name or GID) whose members may also create, commit and abort branches; by default only the user who mounted and root may")
 	c.Flags().IntVar(&readyFd, "ready-fd", -1, "descriptor to report readiness on (internal)")
 	c.Flags().MarkHidden("ready-fd")
 	return c
+}
+
+// lookupGroup takes a group name or number.
+func lookupGroup(g string) (uint32, error) {
+	if n, err := strconv.ParseUint(g, 10, 32); err == nil {
+		return uint32(n), nil
+	}
+	grp, err := user.LookupGroup(g)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(grp.Gid, 10, 32)
+	return uint32(n), err
 }
 
 // defaultStore gives every mount point a store of its own, on the base's

@@ -1,0 +1,209 @@
+package fs_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/branchfs/branchfs/kernel"
+	"golang.org/x/sys/unix"
+)
+
+// controlOp runs one branch ioctl on path ("ioctl", create|commit|abort),
+// or writes one command to the control file path ("ctl"), for helper
+// processes.
+func controlOp(kind, path, op string) error {
+	if kind == "ctl" {
+		return os.WriteFile(path, []byte(op), 0)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	switch op {
+	case "create":
+		_, err = kernel.Create(f)
+	case "commit":
+		err = kernel.Commit(f)
+	case "abort":
+		err = kernel.Abort(f)
+	default:
+		err = errors.New("unknown ioctl " + op)
+	}
+	return err
+}
+
+// asUser runs this test binary's fsop helper as uid and gid 65534 (with
+// the given supplementary groups) and returns its answer: "ok" or the
+// error.
+func asUser(t *testing.T, groups, dir, op string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("setpriv", append(privArgs(groups), helper)...)
+	cmd.Env = append(os.Environ(), "BRANCHFS_FSOP="+strings.Join(append([]string{dir, op}, args...), "\x1f"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v: %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func privArgs(groups string) []string {
+	args := []string{"--reuid=65534", "--regid=65534"}
+	if groups == "" {
+		return append(args, "--clear-groups")
+	}
+	return append(args, "--groups="+groups)
+}
+
+// cliAs runs the branchfs command as uid 65534 and returns its exit status
+// and stderr.
+func cliAs(t *testing.T, groups string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command("setpriv", append(append(privArgs(groups), binary), args...)...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), string(out)
+	}
+	if err != nil {
+		t.Fatalf("running branchfs: %v", err)
+	}
+	return 0, string(out)
+}
+
+type listEntry struct {
+	Name  string `json:"name"`
+	State string `json:"state"`
+}
+
+func (m *mount) list(extra ...string) []listEntry {
+	m.t.Helper()
+	var out []listEntry
+	must(m.t, json.Unmarshal([]byte(m.ok(append([]string{"list", m.mnt, "--json"}, extra...)...)), &out))
+	return out
+}
+
+func (m *mount) listNames(extra ...string) string {
+	var names []string
+	for _, e := range m.list(extra...) {
+		names = append(names, e.Name+":"+e.State)
+	}
+	return strings.Join(names, " ")
+}
+
+// TestControlAuthorized: a user who neither mounted nor is root controls no
+// branch by any path; a member of the mount's control group does.
+func TestControlAuthorized(t *testing.T) {
+	m := newMount(t, "")
+	victim := m.create("victim")
+	m.create("other")
+	writeFile(t, filepath.Join(victim, "file"), "victim's\n")
+	before := m.listNames()
+	for _, c := range []struct{ path, op string }{
+		{"@victim/file", "commit"},
+		{"@victim/dir", "abort"},
+		{"@victim", "commit"},
+		{"@other", "abort"},
+		{"", "create"},
+		{"file", "create"},
+		{"@victim/file", "create"},
+	} {
+		if got := asUser(t, "", m.mnt, "ioctl", c.path, c.op); got != syscall.EPERM.Error() {
+			t.Errorf("ioctl %s on %s as nobody: %s, want EPERM", c.op, c.path, got)
+		}
+	}
+	for _, c := range []struct{ path, cmd string }{
+		{".branchfs_ctl", "create:x"}, {"@victim/.branchfs_ctl", "commit"}, {"@other/.branchfs_ctl", "abort"},
+	} {
+		if got := asUser(t, "", m.mnt, "ctl", c.path, c.cmd); !strings.HasSuffix(got, syscall.EACCES.Error()) {
+			t.Errorf("%s to %s as nobody: %s, want EACCES", c.cmd, c.path, got)
+		}
+	}
+	for _, args := range [][]string{
+		{"create", "x", m.mnt},
+		{"create", "y", m.mnt, "--parent", "victim"},
+		{"commit", victim},
+		{"abort", m.view("other")},
+	} {
+		if code, out := cliAs(t, "", args...); code == 0 {
+			t.Errorf("nobody ran branchfs %v: %s", args, out)
+		}
+	}
+	if after := m.listNames(); after != before {
+		t.Errorf("branches changed from %q to %q", before, after)
+	}
+	wantContent(t, filepath.Join(m.base, "file"), "base file\n")
+
+	// With --control-group, its members may; others still may not.
+	m.ok("unmount", m.mnt)
+	m.mounted = false
+	m.args = []string{"--control-group", "4242"}
+	m.start()
+	fi, err := os.Stat(filepath.Join(m.mnt, ".branchfs_ctl"))
+	must(t, err)
+	if st := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o660 || st.Gid != 4242 {
+		t.Errorf("control file: mode %v gid %d, want 0660 and the control group", fi.Mode(), st.Gid)
+	}
+	if got := asUser(t, "", m.mnt, "ioctl", "@other", "abort"); got != syscall.EPERM.Error() {
+		t.Errorf("abort by a non-member: %s, want EPERM", got)
+	}
+	if got := asUser(t, "4242", m.mnt, "ioctl", "", "create"); got != "ok" {
+		t.Errorf("create by a member: %s", got)
+	}
+	if code, out := cliAs(t, "4242", "abort", m.view("other")); code != 0 {
+		t.Errorf("abort by a member: exit %d: %s", code, out)
+	}
+	if code, out := cliAs(t, "4242", "commit", victim); code != 0 {
+		t.Errorf("commit by a member: exit %d: %s", code, out)
+	}
+	wantContent(t, filepath.Join(m.base, "file"), "victim's\n")
+}
+
+// TestCreateBadBuffer: a create whose name buffer cannot be written fails
+// with EFAULT and makes no branch.
+func TestCreateBadBuffer(t *testing.T) {
+	m := newMount(t, "")
+	before := m.listNames()
+	ro, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANON)
+	must(t, err)
+	defer unix.Munmap(ro)
+	for _, addr := range []uintptr{0, uintptr(unsafe.Pointer(&ro[0]))} {
+		err := ioctl(t, m.mnt, func(f *os.File) error {
+			_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), kernel.FS_IOC_BRANCH_CREATE, addr)
+			return errno
+		})
+		wantErrno(t, err, syscall.EFAULT)
+	}
+	if after := m.listNames(); after != before {
+		t.Errorf("a failed create changed the branches from %q to %q", before, after)
+	}
+}
+
+// TestAbortedNameGone: once abort returns, MNT/@NAME is gone, for live and
+// stale branches, also when the kernel had it cached.
+func TestAbortedNameGone(t *testing.T) {
+	m := newMount(t, "")
+	for i := 0; i < 10; i++ {
+		a, b := m.create("a"), m.create("b")
+		readFile(t, filepath.Join(a, "dir", "a"))
+		readFile(t, filepath.Join(b, "dir", "a"))
+		writeFile(t, filepath.Join(a, "new"), "x")
+		m.ok("commit", a)
+		m.ok("abort", b) // stale
+		c := m.create("c")
+		readFile(t, filepath.Join(c, "file"))
+		m.ok("abort", c)
+		for _, p := range []string{a, b, c} {
+			if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("round %d: %s after its end: %v", i, p, err)
+			}
+		}
+	}
+}
