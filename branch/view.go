@@ -106,6 +106,18 @@ func (v *View) Lock() error {
 // Unlock releases what Lock took.
 func (v *View) Unlock() { v.store.mu.RUnlock() }
 
+// LockRoot is Lock for reading the attributes and ACLs of the view's root,
+// which a stale branch keeps: the kernel checks them on the way to its
+// control file, and a stale branch must stay reachable to be aborted.
+func (v *View) LockRoot() error {
+	v.store.mu.RLock()
+	if err := v.Check(); err != nil && err != ErrStale {
+		v.store.mu.RUnlock()
+		return err
+	}
+	return nil
+}
+
 // invalidate forgets cached directory layering after the namespace changed.
 func (v *View) invalidate() {
 	v.cacheMu.Lock()

@@ -207,3 +207,55 @@ func TestAbortedNameGone(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleBranchOfUserBase: with a base that root does not own, the
+// kernel asks for the stale branch root's ACL on the way to its control
+// file; the stale branch can still be committed (exit 3) and aborted.
+func TestStaleBranchOfUserBase(t *testing.T) {
+	m := newMount(t, "")
+	must(t, filepath.Walk(m.base, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, 1000, 1000)
+	}))
+	a, b := m.create("a"), m.create("b")
+	writeFile(t, filepath.Join(a, "file"), "a\n")
+	readFile(t, filepath.Join(b, "dir", "a"))
+	m.ok("commit", a)
+	if _, errOut, code := m.cli("commit", b); code != 3 {
+		t.Errorf("commit of the stale branch: exit %d, want 3: %s", code, errOut)
+	}
+	m.ok("abort", filepath.Join(b, "dir"))
+	wantMissing(t, b)
+	if got := m.listNames(); strings.Contains(got, "b:") {
+		t.Errorf("list after the abort: %s", got)
+	}
+}
+
+// TestControlFileByIdentity: the CLI never takes a user's file named
+// .branchfs_ctl for the control file, inside a view or outside a mount.
+func TestControlFileByIdentity(t *testing.T) {
+	m := newMount(t, "")
+	userCtl := filepath.Join(m.base, "dir", "sub", ".branchfs_ctl")
+	writeFile(t, userCtl, "user's\n")
+	b := m.create("b")
+	writeFile(t, filepath.Join(b, "dir", "new"), "n\n")
+	if out := m.ok("diff", filepath.Join(b, "dir", "sub")); out != "A dir/new\n" {
+		t.Errorf("diff: %q", out)
+	}
+	m.ok("abort", filepath.Join(b, "dir", "sub"))
+	wantMissing(t, b)
+	wantContent(t, userCtl, "user's\n")
+
+	outside := t.TempDir()
+	fake := filepath.Join(outside, ".branchfs_ctl")
+	writeFile(t, fake, "not ours\n")
+	for _, args := range [][]string{{"commit", outside}, {"abort", outside}, {"diff", outside}, {"list", outside}} {
+		_, errOut, code := m.cli(args...)
+		if code != 1 || !strings.Contains(errOut, "is not inside a branchfs mount") {
+			t.Errorf("%v: exit %d: %q", args, code, errOut)
+		}
+	}
+	wantContent(t, fake, "not ours\n")
+}

@@ -365,6 +365,8 @@ func (f *FS) viewsGone(gone, emptied []string) {
 	for _, name := range gone {
 		if r := f.viewRoot(name); r != nil {
 			r.NotifyContent(0, 0)
+		}
+		if f.root.GetChild(BranchPrefix+name) != nil {
 			f.root.NotifyEntry(BranchPrefix + name)
 		}
 	}

@@ -112,6 +112,18 @@ func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 		defer n.openMu.Unlock()
 		return h.Getattr(ctx, out)
 	}
+	if n.viewRoot {
+		if err := n.view.LockRoot(); err != nil {
+			return toErrno(err)
+		}
+		defer n.view.Unlock()
+		e, err := n.view.Stat("")
+		if err != nil {
+			return toErrno(err)
+		}
+		fillAttr(&out.Attr, &e.Stat)
+		return 0
+	}
 	rel, errno := n.begin()
 	if h, ok := fh.(*fileHandle); ok && errno == syscall.ESTALE {
 		return h.Getattr(ctx, out)

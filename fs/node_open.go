@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
@@ -274,7 +275,11 @@ func timespec(valid, set, now uint32, sec uint64, nsec uint32) unix.Timespec {
 }
 
 func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	if err := n.view.Lock(); err != nil {
+	lock := n.view.Lock
+	if n.viewRoot && strings.HasPrefix(attr, "system.posix_acl_") {
+		lock = n.view.LockRoot // see LockRoot
+	}
+	if err := lock(); err != nil {
 		return 0, toErrno(err)
 	}
 	defer n.view.Unlock()

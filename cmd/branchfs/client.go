@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -28,34 +30,97 @@ type status struct {
 	Branches []branch.Info `json:"branches"`
 }
 
-// findView returns the root of the view that holds p: the nearest
-// directory at or above p with a control file.
-func findView(p string) (string, error) {
+// findView returns the root of the view that holds p (MNT or MNT/@NAME)
+// and its branch name. It reads the mount table instead of looking for a
+// control file on the way up: a user's own file may bear that name, and
+// the directories of a stale branch answer ESTALE.
+func findView(p string) (root, name string, err error) {
 	abs, err := filepath.Abs(p)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	if _, err := os.Lstat(abs); err != nil {
-		return "", err
+	abs = resolvePrefix(abs)
+	mnt, fstype, err := enclosingMount(abs)
+	if err != nil {
+		return "", "", err
 	}
+	if fstype != "fuse.branchfs" {
+		return "", "", fmt.Errorf("%s is not inside a branchfs mount", p)
+	}
+	rel := strings.TrimPrefix(strings.TrimPrefix(abs, mnt), "/")
+	first, _, _ := strings.Cut(rel, "/")
+	if strings.HasPrefix(first, fs.BranchPrefix) {
+		return filepath.Join(mnt, first), first[len(fs.BranchPrefix):], nil
+	}
+	return mnt, branch.MainName, nil
+}
+
+// resolvePrefix resolves the symbolic links of the longest prefix of abs
+// that resolves: further down, a stale branch answers ESTALE.
+func resolvePrefix(abs string) string {
+	rest := ""
 	for d := abs; ; d = filepath.Dir(d) {
-		if fi, err := os.Lstat(filepath.Join(d, fs.ControlName)); err == nil && fi.Mode().IsRegular() {
-			return d, nil
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			return filepath.Join(r, rest)
 		}
 		if d == "/" {
-			return "", fmt.Errorf("%s is not inside a branchfs mount", p)
+			return abs
 		}
+		rest = filepath.Join(filepath.Base(d), rest)
 	}
 }
 
-// openControl opens a view's control file, making sure it is one.
+// enclosingMount finds the mount point in /proc/self/mountinfo that holds
+// abs, and its filesystem type.
+func enclosingMount(abs string) (mnt, fstype string, err error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", "", err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
+		fields := strings.Fields(line)
+		sep := slices.Index(fields, "-")
+		if len(fields) < 5 || sep < 0 || sep+1 >= len(fields) {
+			continue
+		}
+		mp := unescapeMountinfo(fields[4])
+		if (abs == mp || strings.HasPrefix(abs, strings.TrimSuffix(mp, "/")+"/")) && len(mp) >= len(mnt) {
+			// Later lines are mounts made later, over earlier ones.
+			mnt, fstype = mp, fields[sep+1]
+		}
+	}
+	return mnt, fstype, nil
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space) of
+// /proc/self/mountinfo.
+func unescapeMountinfo(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// openControl opens a view's control file, making sure it is the daemon's:
+// its inode number is one no file of a view has.
 func openControl(viewRoot string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(viewRoot, fs.ControlName), os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	f, err := os.OpenFile(filepath.Join(viewRoot, fs.ControlName), os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
-	var st unix.Statfs_t
-	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil || st.Type != fuseSuperMagic {
+	var st unix.Stat_t
+	var sfs unix.Statfs_t
+	if unix.Fstat(int(f.Fd()), &st) != nil || st.Ino != fs.ControlIno || st.Mode&unix.S_IFMT != unix.S_IFREG ||
+		unix.Fstatfs(int(f.Fd()), &sfs) != nil || sfs.Type != fuseSuperMagic {
 		f.Close()
 		return nil, fmt.Errorf("%s is not a branchfs view", viewRoot)
 	}
@@ -94,18 +159,14 @@ func readStatus(viewRoot string) (*status, error) {
 
 // branchAt finds the view root and branch name for a path inside MNT/@NAME.
 func branchAt(p, op string) (string, string, error) {
-	root, err := findView(p)
+	root, name, err := findView(p)
 	if err != nil {
 		return "", "", fmt.Errorf("%s: %w", op, err)
 	}
-	st, err := readStatus(root)
-	if err != nil {
-		return "", "", fmt.Errorf("%s: %s: %w", op, root, err)
-	}
-	if st.View == branch.MainName {
+	if name == branch.MainName {
 		return "", "", fmt.Errorf("%s: %s is in the main view; give MNT/@NAME or a path inside it", op, p)
 	}
-	return root, st.View, nil
+	return root, name, nil
 }
 
 // explain turns the errno the daemon answered into one line naming the
@@ -224,7 +285,14 @@ func listCmd() *cobra.Command {
 		Short: "List branches with parent, state, epoch and delta size",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := readStatus(args[0])
+			root, name, err := findView(args[0])
+			if err != nil {
+				return fmt.Errorf("list: %w", err)
+			}
+			if name != branch.MainName {
+				root = filepath.Dir(root)
+			}
+			st, err := readStatus(root)
 			if err != nil {
 				return fmt.Errorf("list %s: %w", args[0], err)
 			}
