@@ -629,9 +629,7 @@ func diffDir(src *layer, parent *View, rel string, d *Diff) error {
 				}
 			}
 		case st.Mode&unix.S_IFMT == unix.S_IFDIR:
-			if pe.IsDir() && src.isOpaque(p) {
-				d.Modified = append(d.Modified, p+"/")
-			} else if !pe.IsDir() {
+			if !pe.IsDir() || src.isOpaque(p) || dirMetaChanged(src, parent, p, &st, pe) {
 				d.Modified = append(d.Modified, p+"/")
 			}
 			if err := diffDir(src, parent, p, d); err != nil {
@@ -642,6 +640,38 @@ func diffDir(src *layer, parent *View, rel string, d *Diff) error {
 		}
 	}
 	return nil
+}
+
+// dirMetaChanged reports whether the commit's meta step for directory p
+// changes what the parent shows: its mode, owner or xattrs. (Its times
+// change with every entry added or removed, and say nothing more.)
+func dirMetaChanged(src *layer, parent *View, p string, st *unix.Stat_t, pe *Entry) bool {
+	if st.Mode&07777 != pe.Stat.Mode&07777 || st.Uid != pe.Stat.Uid || st.Gid != pe.Stat.Gid {
+		return true
+	}
+	m, err := readDirMeta(src, p, st)
+	if err != nil {
+		return false
+	}
+	names, err := parent.ListXattr(p)
+	if err != nil || len(names) != len(m.Xattrs) {
+		return err == nil
+	}
+	for _, n := range names {
+		v, ok := m.Xattrs[n]
+		if !ok {
+			return true
+		}
+		sz, err := parent.GetXattr(p, n, nil)
+		if err != nil {
+			return true
+		}
+		buf := make([]byte, sz)
+		if sz, err = parent.GetXattr(p, n, buf); err != nil || string(buf[:sz]) != string(v) {
+			return true
+		}
+	}
+	return false
 }
 
 func suffix(st *unix.Stat_t) string {

@@ -259,3 +259,25 @@ func TestControlFileByIdentity(t *testing.T) {
 	}
 	wantContent(t, fake, "not ours\n")
 }
+
+// TestDiffShowsDirectoryMeta: diff lists a directory whose mode, owner or
+// xattrs the commit changes, and not one that only gained an entry.
+func TestDiffShowsDirectoryMeta(t *testing.T) {
+	m := newMount(t, "")
+	b := m.create("b")
+	must(t, os.Chmod(filepath.Join(b, "dir"), 0o700))
+	must(t, unix.Setxattr(filepath.Join(b, "dir", "sub"), "user.note", []byte("v"), 0))
+	must(t, os.Mkdir(filepath.Join(b, "other"), 0o755))
+	must(t, os.Mkdir(filepath.Join(m.base, "plain"), 0o755))
+	writeFile(t, filepath.Join(b, "plain", "new"), "n\n")
+	want := "A other/\nA plain/new\nM dir/\nM dir/sub/\n"
+	if out := m.ok("diff", b); out != want {
+		t.Errorf("diff:\n%s\nwant:\n%s", out, want)
+	}
+	m.ok("commit", b)
+	fi, err := os.Stat(filepath.Join(m.base, "dir"))
+	must(t, err)
+	if fi.Mode().Perm() != 0o700 {
+		t.Errorf("commit left dir at %v", fi.Mode())
+	}
+}
