@@ -281,3 +281,39 @@ func TestDiffShowsDirectoryMeta(t *testing.T) {
 		t.Errorf("commit left dir at %v", fi.Mode())
 	}
 }
+
+// TestNestingRefused: a store inside the base or the mount point, and a
+// mount point inside the base, are refused with a clear error.
+func TestNestingRefused(t *testing.T) {
+	dir := t.TempDir()
+	base, mnt, store := filepath.Join(dir, "base"), filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
+	sampleTree(t, base)
+	must(t, os.Mkdir(mnt, 0o755))
+	must(t, os.Mkdir(filepath.Join(base, "m"), 0o755))
+	link := filepath.Join(dir, "link")
+	must(t, os.Symlink(base, link))
+	m := &mount{t: t}
+	for _, c := range []struct{ store, mnt, want string }{
+		{filepath.Join(base, ".st"), mnt, "store"},
+		{filepath.Join(link, "deeper", ".st"), mnt, "store"},
+		{filepath.Join(mnt, ".st"), mnt, "store"},
+		{store, filepath.Join(base, "m"), "mount point"},
+		{store, base, "mount point"},
+		{filepath.Join(base, "m", ".st"), filepath.Join(base, "m"), "store"},
+	} {
+		_, errOut, code := m.cli("mount", "--base", base, "--store", c.store, c.mnt)
+		if code != 1 || !strings.Contains(errOut, "the "+c.want+" ") || !strings.Contains(errOut, "is inside the") {
+			t.Errorf("store %s, mount point %s: exit %d: %q", c.store, c.mnt, code, errOut)
+		}
+		if code == 0 {
+			unix.Unmount(c.mnt, unix.MNT_DETACH)
+		}
+		data, _ := os.ReadFile("/proc/self/mountinfo")
+		if strings.Contains(string(data), dir) {
+			t.Fatalf("store %s, mount point %s: mounted", c.store, c.mnt)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(base, ".st")); err == nil {
+		t.Errorf("a refused mount made its store in the base")
+	}
+}

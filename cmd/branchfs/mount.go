@@ -69,6 +69,9 @@ func mountCmd() *cobra.Command {
 					return fmt.Errorf("mount %s: clearing the dead mount: %w", mnt, err)
 				}
 			}
+			if err := checkNesting(base, store, mnt); err != nil {
+				return fmt.Errorf("mount: %w", err)
+			}
 			if !foreground {
 				return startDaemon(mnt, store)
 			}
