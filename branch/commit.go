@@ -3,8 +3,10 @@ package branch
 import (
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,22 +15,39 @@ import (
 )
 
 // A commit moves a branch's delta into its parent: into the base directory
-// itself when the parent is main, else into the parent's delta. It is a redo
-// log: the plan is appended to the state log before anything moves (and
-// flushed to the disk first with Store.Durable), every step can run again
-// after a crash with the same result, and Open replays a commit that has no
-// "done" record. A crash before the plan is written leaves the branch live
-// and the parent untouched; after it, the commit is finished on the next
-// mount. Moves are renames within one filesystem, so their cost does not
-// depend on file size.
+// itself when the parent is main, else into the parent's delta. It is all
+// or nothing, on a crash and on an error alike:
+//
+//   - Before anything moves, it plans every step, checks what can be known
+//     to stop one (preflight.go), makes its stage directory and reserves
+//     the state log's space for its records.
+//   - The plan (the journal) is appended to the state log, flushed to the
+//     disk first with Store.Durable.
+//   - Each step is a rename. What a step replaces or removes in the target
+//     moves into the stage, not away, so every step can be undone; every
+//     step and its undo can also run again with the same result.
+//   - If a step fails, the steps run so far are undone in reverse and the
+//     journal is erased: the branch and the target are as before. If the
+//     rollback fails too, the branch and the target stay read-only
+//     (ErrUnfinished) until a later commit finishes or rolls it back.
+//   - Once every step has happened the commit has happened, whatever
+//     follows: a "done" record, and the stage goes to the trash.
+//
+// A mount that finds a journal without "done" finishes the commit, or, if a
+// step fails again, rolls it back; if neither works the mount fails and says
+// why, so that nothing can write the target in between. A journal whose
+// stage is gone had finished (the stage goes only after the last step).
+// Moves are renames within one filesystem, so their cost does not depend
+// on file size.
 
 type opKind string
 
 const (
-	// opRemove deletes Dst recursively (a tombstone committed into main).
+	// opRemove moves Dst aside (a tombstone committed into main).
 	opRemove opKind = "remove"
-	// opReplace moves Src over Dst, removing what Dst held first. Once Src
-	// is gone the move has happened, which makes the step repeatable.
+	// opReplace moves Src over Dst, moving what Dst held aside first.
+	// Once Src is gone the move has happened, which makes the step
+	// repeatable.
 	opReplace opKind = "replace"
 	// opMeta sets a directory's mode, owner, times and xattrs.
 	opMeta opKind = "meta"
@@ -53,14 +72,7 @@ type op struct {
 	// markers mean nothing and must not stay.
 	Scrub bool     `json:"scrub,omitempty"`
 	Meta  *dirMeta `json:"meta,omitempty"`
-}
-
-// failpoint kills the process, as kill -9 would, at a named step.
-func (s *Store) failpoint(name string) {
-	if s.Failpoint != "" && s.Failpoint == name {
-		syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {}
-	}
+	Old   *dirMeta `json:"old,omitempty"` // opMeta: what a rollback puts back
 }
 
 // CommitResult tells what a commit changed, for cache invalidation.
@@ -73,10 +85,20 @@ type CommitResult struct {
 }
 
 // Commit applies branch name's delta to its parent. The first sibling to
-// commit wins; the others, and their descendants, become stale.
+// commit wins; the others, and their descendants, become stale. It fails
+// exactly when the commit did not happen.
 func (s *Store) Commit(name string) (*CommitResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if c := s.unfinished.Load(); c != nil {
+		res, err := s.settleLocked()
+		if err != nil {
+			return nil, &BranchError{"commit", name, err}
+		}
+		if res != nil && c.j.Name == name {
+			return res, nil // this commit, retried: it has happened now
+		}
+	}
 	b, err := s.lookupBranch(name)
 	if err != nil {
 		return nil, err
@@ -97,24 +119,139 @@ func (s *Store) Commit(name string) (*CommitResult, error) {
 	target := p.view.layers[0]
 	src := b.view.layers[0]
 	j := &logRecord{Op: logCommit, Name: name, Parent: p.meta.Name, NewEpoch: p.epoch() + 1}
-	srcDirs, targetDirs := newDirCache(src), newDirCache(target)
-	defer srcDirs.close()
-	defer targetDirs.close()
+	c := &commitRun{s: s, j: j, src: newDirCache(src), target: newDirCache(target), stage: -1, reached: -1}
+	defer func() {
+		if s.unfinished.Load() != c {
+			c.close()
+		}
+	}()
 	if src.present() {
 		// The replay of the journal needs the target's directory too.
 		if err := p.view.makeTop(); err != nil {
 			return nil, &BranchError{"commit", name, err}
 		}
-		if err := planDir(srcDirs, targetDirs, "", !p.isMain(), j); err != nil {
+		if err := planDir(c.src, c.target, "", !p.isMain(), j); err != nil {
 			return nil, &BranchError{"commit", name, err}
 		}
 	}
-	s.failpoint("commit-planned")
-	if err := s.log.append(j, s.Durable); err != nil {
+	if err := s.prepare(c); err != nil {
+		c.removeStage()
 		return nil, &BranchError{"commit", name, err}
 	}
-	s.failpoint("commit-journaled")
-	// Decided: from here the commit completes, now or on the next mount.
+	at, err := s.log.append(j, s.Durable)
+	if err == nil {
+		err = failpoint("commit-journaled")
+	}
+	if err == nil {
+		err = c.apply()
+	}
+	if err != nil {
+		// The record may be on the disk even when its append failed.
+		return nil, &BranchError{"commit", name, s.rollbackLocked(c, at, err)}
+	}
+	return s.completeLocked(c), nil
+}
+
+// prepare does what a commit can do before its journal is written, so that
+// a failure here changes nothing: it checks the steps, makes the stage and
+// reserves the log's space. Preconditions: s.mu held exclusively.
+func (s *Store) prepare(c *commitRun) error {
+	if err := failpoint("commit-planned"); err != nil {
+		return err
+	}
+	if err := c.preflight(); err != nil {
+		return err
+	}
+	// Tombstones and opaque markers inside a tree that moves into the base
+	// hide nothing in the branch's view (the base has nothing below them,
+	// or the tree's root is opaque), so they go now, undone by nothing.
+	for _, o := range c.j.Ops {
+		if o.Scrub {
+			if err := c.src.l.scrub(o.Src, false); err != nil {
+				return err
+			}
+		}
+	}
+	c.j.Stage = s.freshName("stage")
+	if err := unix.Mkdir(c.j.Stage, 0o700); err != nil {
+		return err
+	}
+	fd, err := unix.Open(c.j.Stage, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	c.stage = fd
+	if s.Durable {
+		if err := syncDir(filepath.Dir(c.j.Stage)); err != nil {
+			return err
+		}
+	}
+	// The journal and the "done" after it are written into space that is
+	// already the log's, so neither can fail for want of it.
+	line, err := encodeRecord(c.j)
+	if err != nil {
+		return err
+	}
+	return s.log.reserve(int64(len(line)) + 512)
+}
+
+func syncDir(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Fsync(fd)
+}
+
+// rollbackLocked undoes the steps of a commit that failed with cause and
+// erases its journal (which starts at at in the log). It returns the error
+// the commit reports: cause, or ErrUnfinished when the rollback failed too.
+// Preconditions: s.mu held exclusively.
+func (s *Store) rollbackLocked(c *commitRun, at int64, cause error) error {
+	err := c.undo()
+	if err == nil {
+		err = failpoint("commit-rolled-back")
+	}
+	if err == nil {
+		err = s.log.erase(at)
+	}
+	if err != nil {
+		c.at = at
+		s.unfinished.Store(c)
+		log.Printf("commit %s failed (%v) and rolling it back failed too (%v): it and %s are read-only until a commit or the next mount finishes or rolls it back", c.j.Name, cause, err, c.j.Parent)
+		return fmt.Errorf("%w (%v; rolling back: %v)", ErrUnfinished, cause, err)
+	}
+	c.removeStage()
+	return cause
+}
+
+// settleLocked tries again to finish, or else to roll back, a commit whose
+// rollback failed. It returns the commit's result if it finished, nil if it
+// rolled back. Preconditions: s.mu held exclusively.
+func (s *Store) settleLocked() (*CommitResult, error) {
+	c := s.unfinished.Load()
+	err := c.apply()
+	if err == nil {
+		s.unfinished.Store(nil)
+		defer c.close()
+		return s.completeLocked(c), nil
+	}
+	if err := s.rollbackLocked(c, c.at, err); errors.Is(err, ErrUnfinished) {
+		return nil, err
+	}
+	s.unfinished.Store(nil)
+	c.close()
+	return nil, nil
+}
+
+// completeLocked records a commit all of whose steps have happened.
+// Nothing here makes the commit fail: it has happened. Preconditions: s.mu
+// held exclusively.
+func (s *Store) completeLocked(c *commitRun) *CommitResult {
+	j := c.j
+	b := s.branches[j.Name]
+	p := b.parent
 	res := &CommitResult{Parent: p.meta.Name}
 	for _, o := range j.Ops {
 		res.Paths = append(res.Paths, o.Dst)
@@ -129,21 +266,14 @@ func (s *Store) Commit(name string) (*CommitResult, error) {
 	p.meta.Epoch = j.NewEpoch
 	b.meta.Committed = true
 	p.liveChildren.Add(-1)
-	err = s.apply(j, srcDirs, targetDirs)
 	s.retire(b, Committed)
-	if err != nil {
-		return nil, &BranchError{"commit", name, fmt.Errorf("applying the journal (the next mount finishes it): %w", err)}
-	}
-	if res.Dropped, err = s.finish(j); err != nil {
-		return nil, &BranchError{"commit", name, err}
-	}
+	res.Dropped = s.finish(c)
 	if p.view != nil {
 		p.view.invalidate()
 	}
-	return res, nil
+	return res
 }
 
-// markStale makes c and its live descendants stale. The caller holds s.mu.
 func (s *Store) markStale(c *Branch) []string {
 	out := []string{c.meta.Name}
 	if c.State() == Live {
@@ -217,7 +347,11 @@ func planDir(srcDirs, targetDirs *dirCache, rel string, targetIsDelta bool, j *l
 				if err != nil {
 					return err
 				}
-				later = append(later, op{Kind: opMeta, Dst: p, Meta: m})
+				was, err := readDirMeta(target, p, &tst)
+				if err != nil {
+					return err
+				}
+				later = append(later, op{Kind: opMeta, Dst: p, Meta: m, Old: was})
 				continue
 			}
 			later = append(later, op{
@@ -253,68 +387,194 @@ func readDirMeta(l *layer, rel string, st *unix.Stat_t) (*dirMeta, error) {
 	return m, nil
 }
 
+// commitRun is one commit's work: its journal and the directories it works
+// in, open.
+type commitRun struct {
+	s           *Store
+	j           *logRecord
+	src, target *dirCache
+	stage       int   // j.Stage, O_PATH; -1 without one
+	at          int64 // where the journal starts in the log, once written
+	// reached is the last step apply started: undo leaves the ones after
+	// it, which cannot have happened. After a crash it is not known.
+	reached int
+}
+
+func (c *commitRun) close() {
+	c.src.close()
+	c.target.close()
+	if c.stage >= 0 {
+		unix.Close(c.stage)
+		c.stage = -1
+	}
+}
+
+// removeStage removes the stage of a commit that did not happen (it holds
+// nothing then).
+func (c *commitRun) removeStage() {
+	if c.j.Stage != "" {
+		c.s.trash(c.j.Stage)
+	}
+}
+
 // apply runs a journal's steps; every one may already have happened.
-func (s *Store) apply(j *logRecord, src, target *dirCache) error {
-	for i, o := range j.Ops {
+func (c *commitRun) apply() error {
+	for i, o := range c.j.Ops {
+		c.reached = max(c.reached, i)
 		var err error
 		switch o.Kind {
 		case opRemove:
-			target.forget(o.Dst)
-			err = s.discard(target.l, o.Dst)
+			c.target.forget(o.Dst)
+			var pfd int
+			var name string
+			if pfd, name, err = c.target.parent(o.Dst); err == nil {
+				err = c.aside(i, pfd, name)
+			} else if isNotExist(err) {
+				err = nil
+			}
 		case opReplace:
-			err = s.replace(src, target, o)
+			err = c.replace(i, o)
 		case opMeta:
-			err = target.l.setDirMeta(o.Dst, o.Meta)
+			err = c.target.l.setDirMeta(o.Dst, o.Meta)
 		default:
 			err = fmt.Errorf("unknown journal step %q", o.Kind)
+		}
+		if err == nil {
+			err = failpoint("commit-step-" + strconv.Itoa(i))
 		}
 		if err != nil {
 			return fmt.Errorf("step %d (%s %s): %w", i, o.Kind, o.Dst, err)
 		}
-		s.failpoint("commit-step-" + strconv.Itoa(i))
 	}
-	s.failpoint("commit-applied")
+	if err := failpoint("commit-applied"); err != nil {
+		return err
+	}
+	// The opaque markers of trees now in the base mean nothing there.
+	// Removing one needs no space; one left behind is harmless.
+	for _, o := range c.j.Ops {
+		if o.Scrub {
+			if fd, err := c.target.l.open(o.Dst, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0); err == nil {
+				unix.Removexattr(procPath(fd), opaqueXattr)
+				unix.Close(fd)
+			}
+		}
+	}
 	return nil
 }
 
-func (s *Store) replace(src, target *dirCache, o op) error {
-	spfd, sname, err := src.parent(o.Src)
-	if err != nil && !isNotExist(err) {
+// asideName is where step i puts what it replaces, in the stage.
+func asideName(i int) string { return strconv.Itoa(i) }
+
+// aside moves name in directory pfd of the target into the stage for step
+// i; nothing there is no error. Without a stage (a journal written before
+// stages existed) it goes to the trash, for good.
+func (c *commitRun) aside(i int, pfd int, name string) error {
+	if c.stage < 0 {
+		return c.s.discardAt(pfd, name)
+	}
+	err := unix.Renameat2(pfd, name, c.stage, asideName(i), unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return err
+}
+
+func (c *commitRun) replace(i int, o op) error {
+	spfd, sname, err := c.src.parent(o.Src)
+	if isNotExist(err) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	if err == nil {
+	var st unix.Stat_t
+	if err := unix.Fstatat(spfd, sname, &st, unix.AT_SYMLINK_NOFOLLOW); isNotExist(err) {
+		return nil // moved already
+	} else if err != nil {
+		return err
+	}
+	tpfd, tname, err := c.target.parent(o.Dst)
+	if err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		// A tree moves: nothing open may stay in it. (Only a directory
+		// has anything open below it.)
+		c.src.forget(o.Src)
+		c.target.forget(o.Dst)
+		if o.Opaque {
+			// Set before the move, so that the rollback need not unset
+			// it: it hides nothing more in the branch (Opaque is set only
+			// where its parent has no directory to hide).
+			if err := c.src.l.setOpaque(o.Src); err != nil {
+				return err
+			}
+		}
+	}
+	// What the target held moves aside first; renaming over a file would
+	// also make ext4 flush the new file's data.
+	if err := c.aside(i, tpfd, tname); err != nil {
+		return err
+	}
+	return unix.Renameat2(spfd, sname, tpfd, tname, unix.RENAME_NOREPLACE)
+}
+
+// undo reverses what apply did, in reverse order; every step it finds not
+// done it leaves. Directory metadata goes back last, after the renames in
+// those directories.
+func (c *commitRun) undo() error {
+	if err := failpoint("commit-undo"); err != nil {
+		return err
+	}
+	for i := c.reached; i >= 0; i-- {
+		o := c.j.Ops[i]
+		if o.Kind == opMeta {
+			continue
+		}
+		if err := c.undoMove(i, o); err != nil {
+			return fmt.Errorf("undoing step %d (%s %s): %w", i, o.Kind, o.Dst, err)
+		}
+	}
+	for i, o := range c.j.Ops[:c.reached+1] {
+		if o.Kind == opMeta && o.Old != nil {
+			if err := c.target.l.setDirMeta(o.Dst, o.Old); err != nil {
+				return fmt.Errorf("undoing step %d (%s %s): %w", i, o.Kind, o.Dst, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (c *commitRun) undoMove(i int, o op) error {
+	if c.stage < 0 {
+		return errors.New("no stage to roll back from")
+	}
+	tpfd, tname, err := c.target.parent(o.Dst)
+	if err != nil {
+		return err
+	}
+	c.target.forget(o.Dst)
+	if o.Kind == opReplace {
+		spfd, sname, err := c.src.parent(o.Src)
+		if err != nil {
+			return err
+		}
+		c.src.forget(o.Src)
 		var st unix.Stat_t
-		if err := unix.Fstatat(spfd, sname, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
-			tpfd, tname, err := target.parent(o.Dst)
-			if err != nil {
+		if err := unix.Fstatat(spfd, sname, &st, unix.AT_SYMLINK_NOFOLLOW); isNotExist(err) {
+			err = unix.Renameat2(tpfd, tname, spfd, sname, unix.RENAME_NOREPLACE)
+			if err != nil && !errors.Is(err, unix.ENOENT) {
 				return err
 			}
-			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				// A tree moves: nothing open may stay in it. (Only a
-				// directory has anything open below it.)
-				src.forget(o.Src)
-				target.forget(o.Dst)
-			}
-			// What the target held goes to the trash first: renaming over
-			// a file would make ext4 flush the new file's data.
-			err = s.discardAt(tpfd, tname)
-			if err == nil {
-				err = unix.Renameat(spfd, sname, tpfd, tname)
-			}
-			if err != nil {
-				return err
-			}
-		} else if !isNotExist(err) {
+		} else if err != nil {
 			return err
 		}
 	}
-	if o.Opaque {
-		return target.l.setOpaque(o.Dst)
+	err = unix.Renameat2(c.stage, asideName(i), tpfd, tname, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
 	}
-	if o.Scrub {
-		return target.l.scrub(o.Dst)
-	}
-	return nil
+	return err
 }
 
 // dirCache keeps the directories one commit works in open from planning to
@@ -420,9 +680,10 @@ func removeAt(pfd int, name string) error {
 	return nil
 }
 
-// scrub removes tombstones and opaque markers from a tree moved into the
-// base, where nothing lies below to hide.
-func (l *layer) scrub(rel string) error {
+// scrub removes tombstones and opaque markers from a tree that moves into
+// the base, where nothing lies below to hide; the root's own marker only
+// when root is set.
+func (l *layer) scrub(rel string, root bool) error {
 	st, err := l.lstat(rel)
 	if isNotExist(err) || err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return nil
@@ -435,8 +696,10 @@ func (l *layer) scrub(rel string) error {
 		return err
 	}
 	defer unix.Close(fd)
-	if err := unix.Removexattr(procPath(fd), opaqueXattr); err != nil && !errors.Is(err, unix.ENODATA) {
-		return err
+	if root {
+		if err := unix.Removexattr(procPath(fd), opaqueXattr); err != nil && !errors.Is(err, unix.ENODATA) {
+			return err
+		}
 	}
 	ents, err := l.readDirTyped(rel)
 	if err != nil {
@@ -452,7 +715,7 @@ func (l *layer) scrub(rel string) error {
 				}
 			}
 		case syscall.DT_DIR:
-			if err := l.scrub(joinRel(rel, d.Name)); err != nil {
+			if err := l.scrub(joinRel(rel, d.Name), true); err != nil {
 				return err
 			}
 		}
@@ -496,34 +759,49 @@ func (l *layer) setDirMeta(rel string, m *dirMeta) error {
 }
 
 // finish drops the branch's stale children, records that the commit is
-// done, and leaves what is left of the delta (directories that were merged
-// into existing ones) for the trash. Each step may be repeated. It returns
-// the names of the branches dropped.
-func (s *Store) finish(j *logRecord) ([]string, error) {
-	var dropped []string
-	if b := s.branches[j.Name]; b != nil {
-		var err error
-		if dropped, err = s.dropChildren(b, nil); err != nil {
-			return dropped, err
-		}
+// done, and leaves the stage and what is left of the delta (directories
+// that were merged into existing ones) for the trash. Nothing here can undo
+// the commit: an error is logged. It returns the names of the branches
+// dropped.
+func (s *Store) finish(c *commitRun) []string {
+	dropped, err := s.dropChildren(s.branches[c.j.Name], nil)
+	if err != nil {
+		log.Printf("commit %s: dropping its stale children: %v", c.j.Name, err)
 	}
-	s.failpoint("commit-epoch")
-	if err := s.log.append(&logRecord{Op: logDone, Name: j.Name}, false); err != nil {
-		return dropped, err
-	}
-	s.trashDeltaLater(j.Name)
-	return dropped, nil
-}
-
-// replayCommit finishes a commit that a crash interrupted, from its record
-// alone, before the branches are linked.
-func (s *Store) replayCommit(j *logRecord) error {
-	src, err := openLayer(s.deltaDir(j.Name), true)
-	if isNotExist(err) {
-		return nil // every step had happened: the delta was already trashed
+	err = failpoint("commit-epoch")
+	if err == nil {
+		_, err = s.log.append(&logRecord{Op: logDone, Name: c.j.Name}, false)
 	}
 	if err != nil {
-		return err
+		// The stage's absence tells the next mount that the commit had
+		// finished.
+		log.Printf("commit %s: recording that it is done: %v", c.j.Name, err)
+	}
+	if c.j.Stage != "" {
+		if err := s.trash(c.j.Stage); err != nil {
+			log.Printf("commit %s: moving its stage to the trash: %v", c.j.Name, err)
+		}
+	}
+	s.trashDeltaLater(c.j.Name)
+	return dropped
+}
+
+// replayCommit finishes a commit that a crash (or a failed rollback)
+// interrupted, from its record alone, before the branches are linked; if a
+// step fails it rolls the commit back. It reports whether the commit
+// happened, and fails only when it could neither finish nor roll back.
+func (s *Store) replayCommit(j *logRecord) (bool, error) {
+	if j.Stage != "" {
+		if _, err := os.Lstat(j.Stage); os.IsNotExist(err) {
+			return true, nil // the stage goes after the last step
+		}
+	}
+	src, err := openLayer(s.deltaDir(j.Name), true)
+	if isNotExist(err) {
+		return true, nil // every step had happened: the delta was already trashed
+	}
+	if err != nil {
+		return false, err
 	}
 	defer src.close()
 	targetDir := s.meta.Base
@@ -540,16 +818,30 @@ func (s *Store) replayCommit(j *logRecord) error {
 		}
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer target.close()
-	srcDirs, targetDirs := newDirCache(src), newDirCache(target)
-	defer srcDirs.close()
-	defer targetDirs.close()
-	if err := s.apply(j, srcDirs, targetDirs); err != nil {
-		return err
+	c := &commitRun{s: s, j: j, src: newDirCache(src), target: newDirCache(target), stage: -1, reached: len(j.Ops) - 1}
+	defer c.close()
+	if j.Stage != "" {
+		if c.stage, err = unix.Open(j.Stage, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return false, err
+		}
 	}
-	return s.trash(s.deltaDir(j.Name))
+	if err := c.apply(); err != nil {
+		if uerr := c.undo(); uerr != nil {
+			return false, fmt.Errorf("%v; rolling it back: %w", err, uerr)
+		}
+		log.Printf("the unfinished commit of %s failed again (%v) and was rolled back", j.Name, err)
+		c.removeStage()
+		return false, nil
+	}
+	if j.Stage != "" {
+		if err := s.trash(j.Stage); err != nil {
+			return true, err
+		}
+	}
+	return true, s.trash(s.deltaDir(j.Name))
 }
 
 // names lists every name in a layer directory, tombstones included.

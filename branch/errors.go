@@ -16,6 +16,10 @@ var (
 	ErrInvalidName = errors.New("invalid branch name")
 	ErrMainView    = errors.New("the main view cannot be committed or aborted")
 	ErrTooMany     = errors.New("too many unfinished branches (see mount --max-branches)")
+	// ErrUnfinished: a commit failed and so did its rollback; the branch
+	// and its parent are read-only until a commit retried or the next
+	// mount finishes or rolls it back.
+	ErrUnfinished = errors.New("a commit could neither finish nor roll back; retry the commit once its cause is fixed")
 )
 
 // BranchError names the branch an operation failed on.

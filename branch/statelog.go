@@ -15,9 +15,11 @@ import (
 // The state log (STORE/log) is the store's memory: one line per event,
 // appended. A create or abort is one append; a commit is one append (the
 // commit's journal, flushed to the disk first when the store is durable)
-// before anything moves, and one more once it is done. Each line carries a checksum, so a torn last line reads
-// as never written. Mounting replays the log, finishes a commit that has
-// no "done", and rewrites the log as a snapshot.
+// before anything moves, and one more once it is done; a commit that rolls
+// back erases its journal instead. Each line carries a checksum, so a torn
+// last line reads as never written. Mounting replays the log, finishes (or
+// else rolls back) a commit that has no "done", and rewrites the log as a
+// snapshot.
 
 type logOp string
 
@@ -25,7 +27,7 @@ const (
 	logBranch logOp = "branch" // snapshot of one branch (or main's epoch)
 	logCreate logOp = "create"
 	logAbort  logOp = "abort"
-	logCommit logOp = "commit" // the journal: the commit will complete
+	logCommit logOp = "commit" // the journal: the commit completes, or rolls back whole
 	logDone   logOp = "done"   // every step of the commit has happened
 )
 
@@ -39,6 +41,11 @@ type logRecord struct {
 	Created     time.Time `json:"created,omitzero"`
 	NewEpoch    uint64    `json:"new_epoch,omitempty"` // the parent's, after a commit
 	Ops         []op      `json:"ops,omitempty"`
+	// Stage is the commit's own directory on the target's filesystem:
+	// what a step replaces moves there (op i's to Stage/i), so that a
+	// rollback can put it back. It exists from before the journal until
+	// the commit is done or rolled back.
+	Stage string `json:"stage,omitempty"`
 }
 
 func encodeRecord(r *logRecord) ([]byte, error) {
@@ -106,29 +113,56 @@ func openStateLog(path string, off int64) (*stateLog, error) {
 }
 
 // append writes one record; durable ones reach the disk before it returns.
-func (l *stateLog) append(r *logRecord, durable bool) error {
+// It returns where the record starts, for erase.
+func (l *stateLog) append(r *logRecord, durable bool) (int64, error) {
+	at := l.off
 	line, err := encodeRecord(r)
 	if err != nil {
-		return err
+		return at, err
 	}
-	if l.off+int64(len(line)) > l.size {
-		grow := max(logChunk, int64(len(line)))
-		if _, err := l.f.WriteAt(make([]byte, grow), l.size); err != nil {
-			return err
-		}
-		if err := l.f.Sync(); err != nil {
-			return err
-		}
-		l.size += grow
+	if err := l.reserve(int64(len(line))); err != nil {
+		return at, err
 	}
-	if _, err := l.f.WriteAt(line, l.off); err != nil {
-		return err
+	if _, err := l.f.WriteAt(line, at); err != nil {
+		return at, err
 	}
 	l.off += int64(len(line))
 	if durable {
-		return unix.Fdatasync(int(l.f.Fd()))
+		return at, unix.Fdatasync(int(l.f.Fd()))
 	}
+	return at, nil
+}
+
+// reserve makes sure that the next n bytes of records are allocated, so
+// that writing them needs no free space. A commit reserves its own record
+// and the "done" after it before moving anything.
+func (l *stateLog) reserve(n int64) error {
+	if l.off+n <= l.size {
+		return nil
+	}
+	grow := max(logChunk, n)
+	if _, err := l.f.WriteAt(make([]byte, grow), l.size); err != nil {
+		return err
+	}
+	if err := l.f.Sync(); err != nil {
+		return err
+	}
+	l.size += grow
 	return nil
+}
+
+// erase unwrites the last record, which starts at at: zeros read as the
+// log's end, so the record was never written. A commit that rolled back
+// erases its journal. Zeros torn half-way still break the record's checksum.
+func (l *stateLog) erase(at int64) error {
+	if at > l.off {
+		return nil
+	}
+	if _, err := l.f.WriteAt(make([]byte, l.off-at), at); err != nil {
+		return err
+	}
+	l.off = at
+	return unix.Fdatasync(int(l.f.Fd()))
 }
 
 func (l *stateLog) close() error { return l.f.Close() }

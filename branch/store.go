@@ -108,10 +108,10 @@ type Store struct {
 	// leftovers names finished branches whose deltas still wait for the
 	// trash (see trashDeltaLater); changed under mu.
 	leftovers []string
+	// unfinished is a commit that failed and could not roll back (see
+	// commit.go); changed under mu, read by CheckWritable.
+	unfinished atomic.Pointer[commitRun]
 
-	// Failpoint, when set, kills the process at the named step of a commit
-	// (see commit.go); tests use it to crash the daemon mid-commit.
-	Failpoint string
 	// Durable flushes a commit's journal record to the disk before the
 	// commit moves anything. Without it a commit is all-or-nothing across
 	// crashes of the daemon (the record is in the page cache, which
@@ -137,7 +137,7 @@ func Open(dir, base string) (*Store, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("base %s is not a directory", base)
 	}
-	for _, d := range []string{dir, filepath.Join(dir, "deltas"), filepath.Join(dir, "tmp"), filepath.Join(dir, "trash")} {
+	for _, d := range []string{dir, filepath.Join(dir, "deltas"), filepath.Join(dir, "tmp"), filepath.Join(dir, "trash"), filepath.Join(dir, "stage")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
@@ -254,23 +254,31 @@ func (s *Store) load() error {
 		case logAbort:
 			delete(s.branches, r.Name)
 		case logCommit:
-			// From here on the commit is decided, done or not.
-			if b := s.branches[r.Name]; b != nil {
-				b.meta.Committed = true
-			}
-			if r.Parent == MainName {
-				s.main.meta.Epoch = r.NewEpoch
-			} else if p := s.branches[r.Parent]; p != nil {
-				p.meta.Epoch = r.NewEpoch
-			}
 			pending = r
 		case logDone:
+			if pending != nil {
+				s.committed(pending)
+			}
 			pending = nil
 		}
 	}
 	if pending != nil {
-		if err := s.replayCommit(pending); err != nil {
-			return fmt.Errorf("finishing the commit of %s: %w", pending.Name, err)
+		done, err := s.replayCommit(pending)
+		if err != nil {
+			return fmt.Errorf("the commit of %s was interrupted and can neither finish nor roll back; fix the cause and mount again: %w", pending.Name, err)
+		}
+		if done {
+			s.committed(pending)
+		}
+	}
+	// Stages of commits that finished, rolled back or never started.
+	stages, err := os.ReadDir(filepath.Join(s.dir, "stage"))
+	if err != nil {
+		return err
+	}
+	for _, e := range stages {
+		if err := s.trash(filepath.Join(s.dir, "stage", e.Name())); err != nil {
+			return err
 		}
 	}
 	// A branch whose parent is gone was being aborted (aborts drop
@@ -315,6 +323,19 @@ func (s *Store) load() error {
 		}
 	}
 	return nil
+}
+
+// committed records in the branches read from the log that the commit
+// journaled in r has happened.
+func (s *Store) committed(r *logRecord) {
+	if b := s.branches[r.Name]; b != nil {
+		b.meta.Committed = true
+	}
+	if r.Parent == MainName {
+		s.main.meta.Epoch = r.NewEpoch
+	} else if p := s.branches[r.Parent]; p != nil {
+		p.meta.Epoch = r.NewEpoch
+	}
 }
 
 // link connects every branch to its parent and derives its state: a branch
@@ -471,6 +492,11 @@ func (s *Store) lookupBranch(name string) (*Branch, error) {
 func (s *Store) Create(name, parent string) (*View, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if c := s.unfinished.Load(); c != nil && (c.j.Name == parent || c.j.Parent == parent) {
+		if _, err := s.settleLocked(); err != nil {
+			return nil, &BranchError{"create child of", parent, err}
+		}
+	}
 	if name == "" {
 		name = s.freeName()
 	}
@@ -512,7 +538,7 @@ func (s *Store) Create(name, parent string) (*View, error) {
 	// The delta directory is made at the first write (View.CheckWritable).
 	m := &b.meta
 	rec := logRecord{Op: logCreate, Name: name, Parent: m.Parent, ParentEpoch: m.ParentEpoch, Created: m.Created}
-	if err := s.log.append(&rec, false); err != nil {
+	if _, err := s.log.append(&rec, false); err != nil {
 		return nil, err
 	}
 	top := absentLayer(s.deltaDir(name), s.base.dev)
@@ -654,6 +680,12 @@ func (s *Store) Abort(name string, recursive bool) ([]string, error) {
 	if b.isMain() {
 		return nil, &BranchError{"abort", name, ErrMainView}
 	}
+	if c := s.unfinished.Load(); c != nil && c.j.Name == name {
+		// Its delta is half moved: first finish or undo that.
+		if _, err := s.settleLocked(); err != nil {
+			return nil, &BranchError{"abort", name, err}
+		}
+	}
 	if b.State() == Committed {
 		return nil, &BranchError{"abort", name, ErrGone}
 	}
@@ -672,7 +704,7 @@ func (s *Store) drop(b *Branch, dropped []string) ([]string, error) {
 	}
 	// The record first: a delta left behind by a crash has no branch and
 	// is removed at the next mount.
-	if err := s.log.append(&logRecord{Op: logAbort, Name: b.meta.Name}, false); err != nil {
+	if _, err := s.log.append(&logRecord{Op: logAbort, Name: b.meta.Name}, false); err != nil {
 		return dropped, err
 	}
 	s.trashDeltaLater(b.meta.Name)
@@ -703,7 +735,7 @@ func (s *Store) dropChildren(b *Branch, dropped []string) ([]string, error) {
 
 // forget removes the record of a committed branch.
 func (s *Store) forget(b *Branch) error {
-	if err := s.log.append(&logRecord{Op: logAbort, Name: b.meta.Name}, false); err != nil {
+	if _, err := s.log.append(&logRecord{Op: logAbort, Name: b.meta.Name}, false); err != nil {
 		return err
 	}
 	s.remove(b)

@@ -45,13 +45,17 @@ func (v *View) Check() error {
 }
 
 // CheckWritable also refuses writes to a view that has live children: they
-// see it as their lower layer, which must not move under them.
+// see it as their lower layer, which must not move under them; and to both
+// sides of a commit that could neither finish nor roll back.
 func (v *View) CheckWritable() error {
 	if err := v.Check(); err != nil {
 		return err
 	}
 	if v.br.liveChildren.Load() > 0 {
 		return ErrFrozen
+	}
+	if c := v.store.unfinished.Load(); c != nil && (c.j.Name == v.br.meta.Name || c.j.Parent == v.br.meta.Name) {
+		return ErrUnfinished
 	}
 	return v.makeTop()
 }

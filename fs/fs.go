@@ -308,6 +308,8 @@ func toErrno(err error) syscall.Errno {
 		return syscall.EEXIST
 	case errors.Is(err, branch.ErrTooMany):
 		return syscall.ENOSPC
+	case errors.Is(err, branch.ErrUnfinished):
+		return syscall.EUCLEAN // the commit's two sides need settling
 	case errors.Is(err, branch.ErrInvalidName), errors.Is(err, branch.ErrMainView):
 		return syscall.EINVAL
 	case errors.As(err, &errno):

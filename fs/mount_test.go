@@ -44,7 +44,8 @@ func TestMain(m *testing.M) {
 	if data, err := os.ReadFile(os.Args[0]); err == nil {
 		os.WriteFile(helper, data, 0o755)
 	}
-	args := []string{"build", "-o", binary}
+	// The failpoints of branch/failpoint_env.go exist only with this tag.
+	args := []string{"build", "-tags", "branchfs_failpoints", "-o", binary}
 	if raceBuild {
 		args = append(args, "-race")
 	}

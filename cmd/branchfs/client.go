@@ -183,6 +183,8 @@ func explain(op, name string, err error) error {
 		syscall.EEXIST: "a branch of that name exists",
 		syscall.EROFS:  "the view has live child branches and is read-only",
 		syscall.EINVAL: "invalid request",
+		syscall.EUCLEAN: "the commit failed and so did its rollback; the branch and its parent are read-only " +
+			"until the commit, tried again, or the next mount finishes or rolls it back (see the daemon's log)",
 	}[errno]
 	if op == "create" && errno == syscall.EBUSY {
 		// The new branch would see writes that still reach the base.
@@ -190,6 +192,9 @@ func explain(op, name string, err error) error {
 	}
 	if msg == "" {
 		msg = errno.Error()
+	}
+	if op == "commit" && errno != syscall.EUCLEAN {
+		msg += " (nothing was committed)"
 	}
 	return fmt.Errorf("%s %s: %s: %w", op, name, msg, errno)
 }

@@ -263,7 +263,6 @@ func serve(mnt, base, storeDir string, opts fs.Options, readyFd, maxBranches int
 		return fail(err)
 	}
 	defer st.Close()
-	st.Failpoint = os.Getenv("BRANCHFS_FAILPOINT")
 	st.MaxBranches = maxBranches
 	st.Durable = durable
 	fsys, err := fs.Mount(mnt, st, opts)

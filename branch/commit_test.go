@@ -1,0 +1,349 @@
+package branch
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// treeOf describes every entry below root: type, mode and content.
+func treeOf(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		desc := fi.Mode().String()
+		if fi.Mode().IsRegular() {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			desc += " " + string(data)
+		}
+		out[rel] = desc
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func diffTrees(a, b map[string]string) string {
+	var d []string
+	for p, x := range a {
+		if y, ok := b[p]; !ok {
+			d = append(d, "-"+p)
+		} else if x != y {
+			d = append(d, fmt.Sprintf("~%s (%s -> %s)", p, x, y))
+		}
+	}
+	for p := range b {
+		if _, ok := a[p]; !ok {
+			d = append(d, "+"+p)
+		}
+	}
+	return strings.Join(d, " ")
+}
+
+// viewTree describes what view v shows below rel.
+func viewTree(t *testing.T, v *View, rel string, out map[string]string) map[string]string {
+	t.Helper()
+	if out == nil {
+		out = map[string]string{}
+	}
+	ents, err := v.ReadDir(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		p := joinRel(rel, e.Name)
+		en, err := v.Lookup(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[p] = strconv.FormatUint(uint64(en.Stat.Mode), 8)
+		switch en.Stat.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			viewTree(t, v, p, out)
+		case unix.S_IFREG:
+			fd, _, err := v.Open(p, unix.O_RDONLY)
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 4096)
+			n, _ := unix.Read(fd, buf)
+			unix.Close(fd)
+			out[p] += " " + string(buf[:max(n, 0)])
+		}
+	}
+	return out
+}
+
+// changeMuch gives branch v a commit of many steps of every kind: files
+// replaced and added, a tombstone, a new tree, a directory replaced by a
+// new one, and a directory whose mode changes.
+func changeMuch(t *testing.T, v *View) {
+	t.Helper()
+	write(t, v, "f", "from branch")
+	write(t, v, "d/new", "new")
+	if err := v.Unlink("d/x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Mkdir("n", 0o755, Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Mkdir("n/deep", 0o700, Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	write(t, v, "n/deep/y", "y")
+	if err := v.Chmod("d", 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Unlink("e/z"); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Rmdir("e"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Mkdir("e", 0o755, Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	write(t, v, "e/w", "w")
+}
+
+func newBigStore(t *testing.T) (*Store, string) {
+	t.Helper()
+	s, base := newStore(t)
+	for _, f := range []string{"e/z", "g1", "g2"} {
+		os.MkdirAll(filepath.Join(base, filepath.Dir(f)), 0o755)
+		if err := os.WriteFile(filepath.Join(base, f), []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s, base
+}
+
+func setFailHook(t *testing.T, fn func(string) error) {
+	failHook = fn
+	t.Cleanup(func() { failHook = nil })
+}
+
+// failAt makes step fail with err.
+func failAt(step string, err error) func(string) error {
+	return func(s string) error {
+		if s == step {
+			return err
+		}
+		return nil
+	}
+}
+
+// reopen closes s and opens its store again, as a new mount would.
+func reopen(t *testing.T, s *Store) *Store {
+	t.Helper()
+	s.Close()
+	s2, err := Open(s.Dir(), s.Base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s2.Close() })
+	return s2
+}
+
+// A commit that fails at any step, with ENOSPC or EPERM, leaves the base,
+// the branch and its sibling as they were, reports the failure, and
+// succeeds when tried again.
+func TestCommitFailureRollsBack(t *testing.T) {
+	// Every step a commit of changeMuch passes, in order.
+	var points []string
+	s, _ := newBigStore(t)
+	b, _ := s.Create("b", MainName)
+	changeMuch(t, b)
+	setFailHook(t, func(step string) error {
+		if step != "commit-epoch" {
+			points = append(points, step)
+		}
+		return nil
+	})
+	if _, err := s.Commit("b"); err != nil {
+		t.Fatal(err)
+	}
+	if len(points) < 8 {
+		t.Fatalf("the commit passed only %v", points)
+	}
+	for _, point := range points {
+		for _, errno := range []unix.Errno{unix.ENOSPC, unix.EPERM} {
+			t.Run(point+"-"+errno.Error(), func(t *testing.T) {
+				s, base := newBigStore(t)
+				b, _ := s.Create("b", MainName)
+				sib, _ := s.Create("s", MainName)
+				write(t, sib, "sibling", "s")
+				changeMuch(t, b)
+				baseBefore := treeOf(t, base)
+				viewBefore := viewTree(t, b, "", nil)
+				fired := false
+				setFailHook(t, func(s string) error {
+					if s == point {
+						fired = true
+						return errno
+					}
+					return nil
+				})
+				_, err := s.Commit("b")
+				if !fired {
+					t.Fatalf("step %s not reached: %v", point, err)
+				}
+				if !errors.Is(err, errno) {
+					t.Fatalf("commit: %v, want %v", err, errno)
+				}
+				if d := diffTrees(baseBefore, treeOf(t, base)); d != "" {
+					t.Errorf("base changed by a failed commit: %s", d)
+				}
+				if d := diffTrees(viewBefore, viewTree(t, b, "", nil)); d != "" {
+					t.Errorf("branch changed by a failed commit: %s", d)
+				}
+				if b.Check() != nil || sib.Check() != nil {
+					t.Errorf("branches not live after a failed commit: %v, %v", b.Check(), sib.Check())
+				}
+				// A new mount finds nothing to finish.
+				s = reopen(t, s)
+				if d := diffTrees(baseBefore, treeOf(t, base)); d != "" {
+					t.Errorf("base changed by the next mount: %s", d)
+				}
+				failHook = nil
+				if _, err := s.Commit("b"); err != nil {
+					t.Fatalf("commit retried: %v", err)
+				}
+				after := treeOf(t, base)
+				for p, want := range map[string]string{"f": "from branch", "d/new": "new", "n/deep/y": "y", "e/w": "w"} {
+					if got := after[p]; !strings.HasSuffix(got, " "+want) {
+						t.Errorf("base %s = %q after the retried commit, want %q", p, got, want)
+					}
+				}
+				for _, p := range []string{"d/x", "e/z"} {
+					if _, ok := after[p]; ok {
+						t.Errorf("base %s still there after the retried commit", p)
+					}
+				}
+				if after["d"] != "drwx--x--x" {
+					t.Errorf("base d is %s after the retried commit", after["d"])
+				}
+			})
+		}
+	}
+}
+
+// A commit whose every step happened reports success even when its "done"
+// record cannot be written, and the next mount does not apply it again.
+func TestCommitDoneRecordFails(t *testing.T) {
+	s, base := newBigStore(t)
+	b, _ := s.Create("b", MainName)
+	changeMuch(t, b)
+	setFailHook(t, failAt("commit-epoch", unix.EIO))
+	if _, err := s.Commit("b"); err != nil {
+		t.Fatalf("commit that happened reports %v", err)
+	}
+	failHook = nil
+	// The main view is writable again: a write there must survive the
+	// next mount.
+	write(t, s.Main(), "f", "after")
+	s = reopen(t, s)
+	if data, _ := os.ReadFile(filepath.Join(base, "f")); string(data) != "after" {
+		t.Errorf("base f = %q after the next mount, want the write made after the commit", data)
+	}
+	if st := s.List()[1].State; st != "committed" {
+		t.Errorf("branch is %s after the next mount", st)
+	}
+}
+
+// A commit that fails and cannot roll back either keeps both sides
+// read-only until a retry finishes it; a new mount finishes it too.
+func TestCommitRollbackFails(t *testing.T) {
+	for _, remount := range []bool{false, true} {
+		t.Run(fmt.Sprint("remount=", remount), func(t *testing.T) {
+			s, base := newBigStore(t)
+			b, _ := s.Create("b", MainName)
+			sib, _ := s.Create("s", MainName)
+			changeMuch(t, b)
+			setFailHook(t, func(step string) error {
+				if step == "commit-step-3" || step == "commit-undo" {
+					return unix.EIO
+				}
+				return nil
+			})
+			if _, err := s.Commit("b"); !errors.Is(err, ErrUnfinished) {
+				t.Fatalf("commit: %v, want ErrUnfinished", err)
+			}
+			if err := b.Unlink("f"); !errors.Is(err, ErrUnfinished) {
+				t.Errorf("write to the branch: %v, want ErrUnfinished", err)
+			}
+			if _, err := s.Abort("b", false); !errors.Is(err, ErrUnfinished) {
+				t.Errorf("abort of the branch: %v, want ErrUnfinished", err)
+			}
+			failHook = nil
+			if remount {
+				s = reopen(t, s)
+			} else if _, err := s.Commit("b"); err != nil {
+				t.Fatalf("commit retried: %v", err)
+			}
+			if data, _ := os.ReadFile(filepath.Join(base, "n", "deep", "y")); string(data) != "y" {
+				t.Errorf("base n/deep/y = %q", data)
+			}
+			if _, err := os.Stat(filepath.Join(base, "d", "x")); !os.IsNotExist(err) {
+				t.Errorf("base d/x: %v", err)
+			}
+			if !remount && !errors.Is(sib.Check(), ErrStale) {
+				t.Errorf("sibling: %v, want stale", sib.Check())
+			}
+		})
+	}
+}
+
+// chattr runs chattr(1); it skips the test where the flags are not there.
+func chattr(t *testing.T, flag, p string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("chattr needs root")
+	}
+	if out, err := exec.Command("chattr", flag, p).CombinedOutput(); err != nil {
+		t.Skipf("chattr %s: %v: %s", flag, err, out)
+	}
+	t.Cleanup(func() { exec.Command("chattr", strings.Replace(flag, "+", "-", 1), p).Run() })
+}
+
+// An immutable or append-only file in the base stops the commit before
+// anything moves, with EPERM.
+func TestCommitImmutableTarget(t *testing.T) {
+	for _, tc := range []struct{ flag, path string }{{"+i", "g2"}, {"+a", "g2"}, {"+i", "e"}, {"+a", "d"}} {
+		t.Run(tc.flag+tc.path, func(t *testing.T) {
+			s, base := newBigStore(t)
+			b, _ := s.Create("b", MainName)
+			changeMuch(t, b)
+			write(t, b, "g1", "1")
+			write(t, b, "g2", "2")
+			chattr(t, tc.flag, filepath.Join(base, tc.path))
+			before := treeOf(t, base)
+			if _, err := s.Commit("b"); !errors.Is(err, unix.EPERM) {
+				t.Fatalf("commit: %v, want EPERM", err)
+			}
+			if d := diffTrees(before, treeOf(t, base)); d != "" {
+				t.Errorf("base changed by a refused commit: %s", d)
+			}
+			exec.Command("chattr", strings.Replace(tc.flag, "+", "-", 1), filepath.Join(base, tc.path)).Run()
+			if _, err := s.Commit("b"); err != nil {
+				t.Fatalf("commit once the flag is gone: %v", err)
+			}
+		})
+	}
+}
