@@ -294,6 +294,9 @@ func TestCommitRollbackFails(t *testing.T) {
 			failHook = nil
 			if remount {
 				s = reopen(t, s)
+				if st := s.List()[1].State; st != "committed" {
+					t.Errorf("branch is %s after the next mount, want committed", st)
+				}
 			} else if _, err := s.Commit("b"); err != nil {
 				t.Fatalf("commit retried: %v", err)
 			}

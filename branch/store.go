@@ -609,22 +609,9 @@ func (s *Store) freshName(sub string) string {
 	return filepath.Join(s.dir, sub, strconv.FormatUint(s.trashSeq.Add(1), 36)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 }
 
-// discard moves rel of layer l (on the store's filesystem) into the trash:
-// one rename, whatever its size. Freeing the blocks of a replaced file or
-// a removed tree happens in the background, not in the commit.
-func (s *Store) discard(l *layer, rel string) error {
-	pfd, name, err := l.parent(rel)
-	if isNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer unix.Close(pfd)
-	return s.discardAt(pfd, name)
-}
-
-// discardAt is discard for name in directory pfd.
+// discardAt moves name in directory pfd (on the store's filesystem) into
+// the trash: one rename, whatever its size. Freeing its blocks happens in
+// the background.
 func (s *Store) discardAt(pfd int, name string) error {
 	err := unix.Renameat(pfd, name, unix.AT_FDCWD, s.trashName())
 	if errors.Is(err, unix.ENOENT) {
