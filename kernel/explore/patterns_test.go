@@ -1,0 +1,244 @@
+package explore
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Eight candidates race, each leaving a daemon behind and writing its
+// index at the mount's usual path: exactly one commits, every time, and
+// no loser's process is left.
+func TestSpeculateOneWinner(t *testing.T) {
+	tm := mountT(t)
+	tok := token(t)
+	for round := range 3 {
+		dir := t.TempDir()
+		cands := make([][]string, 8)
+		for i := range cands {
+			cands[i] = sh(daemon(tok, filepath.Join(dir, strconv.Itoa(i))) + `; echo $BRANCHFS_INDEX > ` + tm.mnt + `/winner; echo $BRANCHFS_INDEX >> ` + tm.mnt + `/all`)
+		}
+		// The first three fail, to lose as failures too.
+		for i := range 3 {
+			cands[i] = sh(daemon(tok, filepath.Join(dir, strconv.Itoa(i))) + `; exit 1`)
+		}
+		out, err := tm.Speculate(context.Background(), cands, Options{})
+		must(t, err)
+		if !out.Committed || out.Winner == nil || *out.Winner < 3 {
+			t.Fatalf("round %d: outcome %+v", round, out)
+		}
+		w := *out.Winner
+		if got := strings.TrimSpace(readFile(t, filepath.Join(tm.mnt, "winner"))); got != strconv.Itoa(w) {
+			t.Errorf("round %d: winner file %s, outcome %d", round, got, w)
+		}
+		if got := strings.TrimSpace(readFile(t, filepath.Join(tm.mnt, "all"))); got != strconv.Itoa(w) {
+			t.Errorf("round %d: all = %q: more than one commit", round, got)
+		}
+		committed := 0
+		for i, r := range out.Results {
+			if r.Committed {
+				committed++
+			}
+			if i != w && !r.Aborted {
+				t.Errorf("round %d: loser %d: %+v", round, i, r)
+			}
+		}
+		if committed != 1 {
+			t.Errorf("round %d: %d committed", round, committed)
+		}
+		tm.noneLeft(t, tok)
+		os.Remove(filepath.Join(tm.mnt, "all"))
+	}
+}
+
+// best-of-n commits the highest score a candidate wrote to fd 3; a
+// failure's score does not count, and without a score a success counts 1.
+func TestBestOfNPicksHighestScore(t *testing.T) {
+	tm := mountT(t)
+	cands := [][]string{
+		Shell(`echo 3 >&3; echo 0 > ` + tm.mnt + `/picked`),
+		Shell(`echo 9 >&3; echo 1 > ` + tm.mnt + `/picked; exit 1`), // fails: its 9 does not count
+		Shell(`echo 7.5 >&3; echo 2 > ` + tm.mnt + `/picked`),
+		Shell(`echo 3 > ` + tm.mnt + `/picked`), // no score: 1
+	}
+	out, err := tm.BestOfN(context.Background(), cands, true, Options{})
+	must(t, err)
+	if out.Winner == nil || *out.Winner != 2 || !out.Committed {
+		t.Fatalf("outcome %+v", out)
+	}
+	if got := readFile(t, filepath.Join(tm.mnt, "picked")); got != "2\n" {
+		t.Errorf("picked = %q", got)
+	}
+	if s := out.Results[0].Score; s == nil || *s != 3 {
+		t.Errorf("score 0 = %v", s)
+	}
+	// Without commit, the best is reported and nothing changes.
+	out, err = tm.BestOfN(context.Background(), [][]string{Shell(`echo 1 >&3; echo x > ` + tm.mnt + `/picked`), Shell(`echo 2 >&3`)}, false, Options{})
+	must(t, err)
+	if out.Winner == nil || *out.Winner != 1 || out.Committed {
+		t.Errorf("no-commit outcome %+v", out)
+	}
+	if got := readFile(t, filepath.Join(tm.mnt, "picked")); got != "2\n" {
+		t.Errorf("no-commit: picked = %q", got)
+	}
+	tm.noneLeft(t, token(t))
+}
+
+// Reflexion retries until success, feeding each attempt the last one's
+// output, or a critique's.
+func TestReflexionFeedsBack(t *testing.T) {
+	tm := mountT(t)
+	cmd := Shell(`echo "try $BRANCHFS_INDEX after [$BRANCHFS_FEEDBACK]" > ` + tm.mnt + `/log; echo out$BRANCHFS_INDEX; [ "$BRANCHFS_INDEX" = 2 ]`)
+	out, err := tm.Reflexion(context.Background(), cmd, 5, nil, Options{})
+	must(t, err)
+	if !out.Committed || *out.Winner != 2 || len(out.Results) != 3 {
+		t.Fatalf("outcome %+v", out)
+	}
+	if got := readFile(t, filepath.Join(tm.mnt, "log")); got != "try 2 after [out1]\n" {
+		t.Errorf("log = %q", got)
+	}
+	// A critique runs in the failed branch and sees its files.
+	out, err = tm.Reflexion(context.Background(), cmd, 2, Shell(`echo "critique of $(cat log)"`), Options{Dir: tm.mnt})
+	must(t, err)
+	if out.Committed || len(out.Results) != 2 {
+		t.Fatalf("outcome %+v", out)
+	}
+	if got := readFile(t, filepath.Join(tm.mnt, "log")); got != "try 2 after [out1]\n" {
+		t.Errorf("log changed by failed attempts: %q", got)
+	}
+	tm.noneLeft(t, token(t))
+}
+
+// Cascaded widens on failure, with the failures' output as feedback.
+func TestCascadedWidens(t *testing.T) {
+	tm := mountT(t)
+	// Succeeds in wave 2 (indices 3..6) at index 5, the first to see two
+	// failures' feedback from wave 1 ... or more.
+	cmd := Shell(`echo fail$BRANCHFS_INDEX; n=$(printf %s "$BRANCHFS_FEEDBACK" | grep -c fail); [ "$BRANCHFS_INDEX" = 5 ] && echo "$n" > ` + tm.mnt + `/seen; test -e ` + tm.mnt + `/seen`)
+	out, err := tm.Cascaded(context.Background(), cmd, []int{1, 2, 4}, 0, Options{})
+	must(t, err)
+	if !out.Committed || *out.Winner != 5 || len(out.Results) != 7 {
+		t.Fatalf("outcome winner %v, %d results", out.Winner, len(out.Results))
+	}
+	if got := readFile(t, filepath.Join(tm.mnt, "seen")); got != "3\n" {
+		t.Errorf("feedback held %q failures, want 3", got)
+	}
+	tm.noneLeft(t, token(t))
+}
+
+// Tournament: the judge sees both views and picks; the last one commits.
+func TestTournament(t *testing.T) {
+	tm := mountT(t)
+	cands := [][]string{
+		Shell(`echo 4 > ` + tm.mnt + `/v`),
+		Shell(`echo 8 > ` + tm.mnt + `/v`),
+		Shell(`exit 1`),
+		Shell(`echo 6 > ` + tm.mnt + `/v`),
+		Shell(`echo 2 > ` + tm.mnt + `/v`),
+	}
+	judge := Shell(`[ $(cat $1/v) -ge $(cat $2/v) ] && echo 0 || echo 1`)
+	judge = append(judge, "judge")
+	out, err := tm.Tournament(context.Background(), cands, judge, Options{})
+	must(t, err)
+	if !out.Committed || *out.Winner != 1 || len(out.Matches) != 3 {
+		t.Fatalf("outcome %+v", out)
+	}
+	if got := readFile(t, filepath.Join(tm.mnt, "v")); got != "8\n" {
+		t.Errorf("v = %q", got)
+	}
+	// A judge that answers nonsense is an error, and leaves nothing.
+	_, err = tm.Tournament(context.Background(), cands[:2], Shell(`echo maybe`), Options{})
+	if err == nil || !strings.Contains(err.Error(), "maybe") {
+		t.Errorf("bad judge: %v", err)
+	}
+	if got := readFile(t, filepath.Join(tm.mnt, "v")); got != "8\n" {
+		t.Errorf("after a bad judge: v = %q", got)
+	}
+	tm.noneLeft(t, token(t))
+}
+
+// Tree: each level's best commits into the tree's branch; expand prints
+// the next level from there; the whole commits at the end.
+func TestTreeLevels(t *testing.T) {
+	tm := mountT(t)
+	strategies := [][]string{
+		Shell(`echo a > ` + tm.mnt + `/path; echo 1 >&3`),
+		Shell(`echo b > ` + tm.mnt + `/path; echo 2 >&3`),
+	}
+	// The next level appends to what won: two choices, the second better.
+	expand := Shell(`p=$(cat ` + tm.mnt + `/path); echo "echo $p-x$BRANCHFS_DEPTH > ` + tm.mnt + `/path; echo 1 >&3"; echo "echo $p-y$BRANCHFS_DEPTH > ` + tm.mnt + `/path; echo 5 >&3"`)
+	out, err := tm.Tree(context.Background(), strategies, expand, 3, Options{})
+	must(t, err)
+	if !out.Committed || len(out.Results) != 6 || *out.Winner != 5 {
+		t.Fatalf("outcome %+v", out)
+	}
+	if got := readFile(t, filepath.Join(tm.mnt, "path")); got != "b-y1-y2\n" {
+		t.Errorf("path = %q", got)
+	}
+	// A level with no success aborts the whole tree.
+	out, err = tm.Tree(context.Background(), strategies, Shell(`echo false`), 2, Options{})
+	must(t, err)
+	if out.Committed || out.Winner != nil {
+		t.Errorf("failed level: outcome %+v", out)
+	}
+	if got := readFile(t, filepath.Join(tm.mnt, "path")); got != "b-y1-y2\n" {
+		t.Errorf("after a failed tree: path = %q", got)
+	}
+	tm.noneLeft(t, token(t))
+}
+
+// Beam keeps the best branches of each level, across beams, and commits
+// the best leaf with its ancestors.
+func TestBeamKeepsBest(t *testing.T) {
+	tm := mountT(t)
+	strategies := [][]string{
+		Shell(`echo a > ` + tm.mnt + `/path; echo 1 >&3`),
+		Shell(`echo b > ` + tm.mnt + `/path; echo 3 >&3`),
+		Shell(`echo c > ` + tm.mnt + `/path; echo 2 >&3`),
+	}
+	// Children score by their parent: a's score 9, others 1 and 4.
+	expand := Shell(`p=$(cat ` + tm.mnt + `/path); case $p in a) s=9;; b) s=1;; *) s=4;; esac; echo "echo $p-1 > ` + tm.mnt + `/path; echo $s >&3"; echo "echo $p-2 > ` + tm.mnt + `/path; exit 1"`)
+	out, err := tm.Beam(context.Background(), strategies, expand, 2, 2, Options{})
+	must(t, err)
+	// Width 2 keeps b and c at level 0 (a is dropped): c-1 (4) beats b-1.
+	if !out.Committed || out.WinnerResult() == nil {
+		t.Fatalf("outcome %+v", out)
+	}
+	if got := readFile(t, filepath.Join(tm.mnt, "path")); got != "c-1\n" {
+		t.Errorf("path = %q", got)
+	}
+	tm.noneLeft(t, token(t))
+}
+
+// Bad input to any pattern is an error and changes nothing.
+func TestPatternsBadInput(t *testing.T) {
+	tm := mountT(t)
+	ctx := context.Background()
+	one := [][]string{Shell("true")}
+	for name, f := range map[string]func() error{
+		"speculate none":   func() error { _, err := tm.Speculate(ctx, nil, Options{}); return err },
+		"speculate empty":  func() error { _, err := tm.Speculate(ctx, [][]string{{}}, Options{}); return err },
+		"speculate parent": func() error { _, err := tm.Speculate(ctx, one, Options{Parent: "nosuch"}); return err },
+		"best-of-n":        func() error { _, err := tm.BestOfN(ctx, one, true, Options{Timeout: -time.Second}); return err },
+		"reflexion":        func() error { _, err := tm.Reflexion(ctx, Shell("true"), 0, nil, Options{}); return err },
+		"cascaded":         func() error { _, err := tm.Cascaded(ctx, Shell("true"), []int{1, 0}, 0, Options{}); return err },
+		"tournament":       func() error { _, err := tm.Tournament(ctx, one, nil, Options{}); return err },
+		"tree":             func() error { _, err := tm.Tree(ctx, one, nil, 2, Options{}); return err },
+		"beam":             func() error { _, err := tm.Beam(ctx, one, Shell("true"), 0, 2, Options{}); return err },
+		"bad bind":         func() error { _, err := tm.Speculate(ctx, one, Options{Binds: []string{"/nonexistent"}}); return err },
+	} {
+		if err := f(); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	list, err := tm.List()
+	must(t, err)
+	if len(list) != 1 {
+		t.Errorf("branches: %+v", list)
+	}
+	tm.noneLeft(t, token(t))
+}
