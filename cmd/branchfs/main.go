@@ -27,7 +27,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(mountCmd(), unmountCmd(), createCmd(), commitCmd(), abortCmd(), listCmd(), diffCmd())
-	root.AddCommand(runCmd())
+	root.AddCommand(runCmd(), speculateCmd(), bestOfNCmd(), reflexionCmd(), treeCmd(), beamCmd(), tournamentCmd(), cascadedCmd())
 	// What a killed `branchfs run` left (processes, cgroups, branches) is
 	// ended by the next branchfs command.
 	root.PersistentPreRun = func(*cobra.Command, []string) { explore.Reap() }

@@ -1,0 +1,320 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/branchfs/branchfs/kernel/explore"
+	"github.com/spf13/cobra"
+)
+
+// The exploration patterns as subcommands, each a thin layer over
+// kernel/explore. Candidates are shell command lines (-c, repeatable) or
+// N copies of one command after "--" (-n), told apart by BRANCHFS_INDEX.
+
+type patternFlags struct {
+	n       int
+	cmds    []string
+	parent  string
+	timeout time.Duration
+	asJSON  bool
+	binds   []string
+}
+
+func (f *patternFlags) add(c *cobra.Command, withN bool) {
+	if withN {
+		c.Flags().IntVarP(&f.n, "n", "n", 0, "run N copies of the command after --")
+		c.Flags().StringArrayVarP(&f.cmds, "command", "c", nil, "a candidate, as a shell command line (repeatable)")
+	}
+	c.Flags().StringVar(&f.parent, "parent", "", "branch the candidates branch from (default main)")
+	c.Flags().DurationVar(&f.timeout, "timeout", 0, "end the pattern after this long (per level for tree and beam)")
+	c.Flags().BoolVar(&f.asJSON, "json", false, "print the outcome as JSON on stdout (candidates' stdout goes to stderr)")
+	c.Flags().StringArrayVar(&f.binds, "bind", nil, "also show each candidate's branch at this path (repeatable)")
+	c.Args = cobra.ArbitraryArgs
+}
+
+// mount parses MNT and the command after "--" (when one is wanted).
+func (f *patternFlags) mount(name string, cmd *cobra.Command, args []string, wantCmd bool) (*explore.Mount, []string, error) {
+	dash := cmd.ArgsLenAtDash()
+	var rest []string
+	if dash >= 0 {
+		rest = args[dash:]
+		args = args[:dash]
+	}
+	if len(args) != 1 {
+		return nil, nil, fmt.Errorf("%s: usage: branchfs %s", name, cmd.Use)
+	}
+	if wantCmd && len(rest) == 0 {
+		return nil, nil, fmt.Errorf("%s: no command after --", name)
+	}
+	if !wantCmd && len(rest) > 0 {
+		return nil, nil, fmt.Errorf("%s: unexpected command after --", name)
+	}
+	if f.timeout < 0 {
+		return nil, nil, fmt.Errorf("%s: --timeout must not be negative", name)
+	}
+	m, err := explore.Open(args[0])
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return m, rest, nil
+}
+
+// candidates is -c's command lines, or n copies of the command after --.
+func (f *patternFlags) candidates(name string, cmd *cobra.Command, args []string) (*explore.Mount, [][]string, error) {
+	if (f.n > 0) == (len(f.cmds) > 0) {
+		return nil, nil, fmt.Errorf("%s: give -n N with a command after --, or -c CMD (repeatable)", name)
+	}
+	m, rest, err := f.mount(name, cmd, args, f.n > 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if f.n > 1024 {
+		return nil, nil, fmt.Errorf("%s: -n %d: at most 1024", name, f.n)
+	}
+	var cands [][]string
+	for range f.n {
+		cands = append(cands, rest)
+	}
+	for _, c := range f.cmds {
+		cands = append(cands, explore.Shell(c))
+	}
+	return m, cands, nil
+}
+
+func (f *patternFlags) options() explore.Options {
+	o := explore.Options{Parent: f.parent, Timeout: f.timeout, Binds: f.binds, Stdout: os.Stdout, Stderr: os.Stderr}
+	if f.asJSON {
+		o.Stdout = os.Stderr
+	}
+	return o
+}
+
+// report prints the outcome and turns it into the exit status: 0 when a
+// candidate committed (or, with best-of-n --no-commit, won), else 1.
+func (f *patternFlags) report(out *explore.Outcome, err error, sig int) error {
+	if out != nil {
+		if f.asJSON {
+			json.NewEncoder(os.Stdout).Encode(out)
+		} else {
+			if w := out.WinnerResult(); w != nil {
+				verb := "committed"
+				if !out.Committed {
+					verb = "best, not committed"
+				}
+				fmt.Printf("winner: %d (%s, %s)\n", *out.Winner, w.Branch, verb)
+			} else {
+				fmt.Println("no winner")
+			}
+			for i, r := range out.Results {
+				state := "fail"
+				if r.Success() {
+					state = "ok"
+				}
+				line := fmt.Sprintf("  [%d] %-4s exit %d", i, state, r.ExitCode)
+				if r.Signal != "" {
+					line += " (" + r.Signal + ")"
+				}
+				if r.TimedOut {
+					line += " timed out"
+				}
+				if r.Score != nil {
+					line += " score " + strconv.FormatFloat(*r.Score, 'g', -1, 64)
+				}
+				if r.Error != "" {
+					line += ": " + r.Error
+				}
+				fmt.Println(line)
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if sig != 0 {
+		return exitStatus(sig)
+	}
+	if out.Winner == nil {
+		return exitStatus(1)
+	}
+	return nil
+}
+
+func speculateCmd() *cobra.Command {
+	var f patternFlags
+	c := &cobra.Command{
+		Use:   "speculate (-n N MNT -- CMD ARGS... | -c CMD... MNT) [--timeout D] [--json]",
+		Short: "Run candidates in parallel branches; the first to succeed commits, the others are killed and aborted",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, cands, err := f.candidates("speculate", cmd, args)
+			if err != nil {
+				return err
+			}
+			ctx, stop := interruptible()
+			out, err := m.Speculate(ctx, cands, f.options())
+			return f.report(out, err, stop())
+		},
+	}
+	f.add(c, true)
+	return c
+}
+
+func bestOfNCmd() *cobra.Command {
+	var f patternFlags
+	var noCommit bool
+	c := &cobra.Command{
+		Use:   "best-of-n (-n N MNT -- CMD ARGS... | -c CMD... MNT) [--no-commit] [--timeout D] [--json]",
+		Short: "Run candidates to the end; each may write a score to fd 3; the best success commits",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, cands, err := f.candidates("best-of-n", cmd, args)
+			if err != nil {
+				return err
+			}
+			ctx, stop := interruptible()
+			out, err := m.BestOfN(ctx, cands, !noCommit, f.options())
+			return f.report(out, err, stop())
+		},
+	}
+	f.add(c, true)
+	c.Flags().BoolVar(&noCommit, "no-commit", false, "abort every branch; only report the scores")
+	return c
+}
+
+func reflexionCmd() *cobra.Command {
+	var f patternFlags
+	var retries int
+	var critique string
+	c := &cobra.Command{
+		Use:   "reflexion --retries K [--critique CMD] MNT -- CMD ARGS...",
+		Short: "Retry CMD in a fresh branch until it succeeds, feeding each attempt the last one's output (BRANCHFS_FEEDBACK)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, rest, err := f.mount("reflexion", cmd, args, true)
+			if err != nil {
+				return err
+			}
+			var crit []string
+			if cmd.Flags().Changed("critique") {
+				crit = explore.Shell(critique)
+				if strings.TrimSpace(critique) == "" {
+					return errors.New("reflexion: empty --critique")
+				}
+			}
+			ctx, stop := interruptible()
+			out, err := m.Reflexion(ctx, rest, retries, crit, f.options())
+			return f.report(out, err, stop())
+		},
+	}
+	f.add(c, false)
+	c.Flags().IntVar(&retries, "retries", 3, "attempts at most")
+	c.Flags().StringVar(&critique, "critique", "", "shell command run in a failed attempt's branch; its output is the next attempt's feedback")
+	return c
+}
+
+func cascadedCmd() *cobra.Command {
+	var f patternFlags
+	var fanOut []int
+	var waveTimeout time.Duration
+	c := &cobra.Command{
+		Use:   "cascaded [--fan-out 1,2,4] [--wave-timeout D] MNT -- CMD ARGS...",
+		Short: "Run waves of CMD, wider each time, each fed the failures so far; the first success commits",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, rest, err := f.mount("cascaded", cmd, args, true)
+			if err != nil {
+				return err
+			}
+			ctx, stop := interruptible()
+			out, err := m.Cascaded(ctx, rest, fanOut, waveTimeout, f.options())
+			return f.report(out, err, stop())
+		},
+	}
+	f.add(c, false)
+	c.Flags().IntSliceVar(&fanOut, "fan-out", []int{1, 2, 4}, "candidates in each wave")
+	c.Flags().DurationVar(&waveTimeout, "wave-timeout", 0, "end each wave after this long")
+	return c
+}
+
+func tournamentCmd() *cobra.Command {
+	var f patternFlags
+	var judge string
+	c := &cobra.Command{
+		Use:   "tournament --judge CMD (-n N MNT -- CMD ARGS... | -c CMD... MNT) [--json]",
+		Short: "Run candidates to the end, then narrow the successes by pairs; JUDGE A B prints 0 or 1; the last one commits",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(judge) == "" {
+				return errors.New("tournament: --judge is required")
+			}
+			m, cands, err := f.candidates("tournament", cmd, args)
+			if err != nil {
+				return err
+			}
+			// The views are the judge's last two arguments.
+			j := []string{"sh", "-c", judge + ` "$@"`, "judge"}
+			ctx, stop := interruptible()
+			out, err := m.Tournament(ctx, cands, j, f.options())
+			return f.report(out, err, stop())
+		},
+	}
+	f.add(c, true)
+	c.Flags().StringVar(&judge, "judge", "", "shell command; gets the two branches' views as arguments, prints 0 (first wins) or 1")
+	return c
+}
+
+func treeCmd() *cobra.Command {
+	var f patternFlags
+	var expand string
+	var depth int
+	c := &cobra.Command{
+		Use:   "tree (-n N MNT -- CMD ARGS... | -c CMD... MNT) [--expand CMD --depth D] [--json]",
+		Short: "Best of the strategies at each level; EXPAND prints the next level's strategies from the winner's state",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, cands, err := f.candidates("tree", cmd, args)
+			if err != nil {
+				return err
+			}
+			var exp []string
+			if expand != "" {
+				exp = explore.Shell(expand)
+			}
+			ctx, stop := interruptible()
+			out, err := m.Tree(ctx, cands, exp, depth, f.options())
+			return f.report(out, err, stop())
+		},
+	}
+	f.add(c, true)
+	c.Flags().StringVar(&expand, "expand", "", "shell command run in the tree's branch after each level; prints the next level's strategies, one a line")
+	c.Flags().IntVar(&depth, "depth", 1, "levels")
+	return c
+}
+
+func beamCmd() *cobra.Command {
+	var f patternFlags
+	var expand string
+	var width, depth int
+	c := &cobra.Command{
+		Use:   "beam (-n N MNT -- CMD ARGS... | -c CMD... MNT) --expand CMD [--width K] [--depth D] [--json]",
+		Short: "Keep the K best branches at each level; EXPAND prints each survivor's children; the best leaf commits",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, cands, err := f.candidates("beam", cmd, args)
+			if err != nil {
+				return err
+			}
+			var exp []string
+			if expand != "" {
+				exp = explore.Shell(expand)
+			}
+			ctx, stop := interruptible()
+			out, err := m.Beam(ctx, cands, exp, width, depth, f.options())
+			return f.report(out, err, stop())
+		},
+	}
+	f.add(c, true)
+	c.Flags().StringVar(&expand, "expand", "", "shell command run in each surviving branch; prints its children's strategies, one a line")
+	c.Flags().IntVar(&width, "width", 3, "branches kept at each level")
+	c.Flags().IntVar(&depth, "depth", 2, "levels")
+	return c
+}
