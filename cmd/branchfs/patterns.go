@@ -252,15 +252,15 @@ func tournamentCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// The views are the judge's last two arguments.
-			j := []string{"sh", "-c", judge + ` "$@"`, "judge"}
+			// The views are the judge's $1 and $2.
+			j := []string{"sh", "-c", judge, "judge"}
 			ctx, stop := interruptible()
 			out, err := m.Tournament(ctx, cands, j, f.options())
 			return f.report(out, err, stop())
 		},
 	}
 	f.add(c, true)
-	c.Flags().StringVar(&judge, "judge", "", "shell command; gets the two branches' views as arguments, prints 0 (first wins) or 1")
+	c.Flags().StringVar(&judge, "judge", "", "shell command; gets the two branches' views as $1 and $2, prints 0 (first wins) or 1")
 	return c
 }
 
