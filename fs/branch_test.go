@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -958,4 +959,64 @@ func TestViewRootLookedUpAgain(t *testing.T) {
 	if got, want := names(filepath.Join(p, "dir")), "a added sub"; got != want {
 		t.Errorf("parent branch listing after the child's commit = %q, want %q", got, want)
 	}
+}
+
+// A sibling's commit makes a branch stale before it returns: what the
+// kernel has cached of the stale view (pages an earlier handle read,
+// attributes, names present and missing) is dropped before the reply, so
+// every access that follows asks the daemon, which answers ESTALE.
+func TestStaleAtOnce(t *testing.T) {
+	m := newMount(t, "")
+	b1, b2 := m.create("b1"), m.create("b2")
+	must(t, os.Mkdir(filepath.Join(b2, "made"), 0o755))
+	writeFile(t, filepath.Join(b2, "mine"), "b2\n")
+	var handles []*os.File
+	for _, name := range []string{"file", "mine", "dir/a"} {
+		f, err := os.Open(filepath.Join(b2, name))
+		must(t, err)
+		defer f.Close()
+		if _, err := io.ReadAll(f); err != nil { // into the page cache
+			t.Fatal(err)
+		}
+		handles = append(handles, f)
+	}
+	wd, err := os.Open(filepath.Join(b2, "dir"))
+	must(t, err)
+	defer wd.Close()
+	for _, p := range []string{"missing", "dir/missing", "dir/sub/b"} {
+		os.Lstat(filepath.Join(b2, p)) // cached: present or missing
+	}
+	os.ReadDir(filepath.Join(b2, "dir"))
+	writeFile(t, filepath.Join(b1, "file"), "b1 wins\n")
+	must(t, ioctl(t, b1, kernel.Commit))
+	buf := make([]byte, 16)
+	for _, f := range handles {
+		if _, err := f.ReadAt(buf, 0); !errors.Is(err, syscall.ESTALE) {
+			t.Errorf("read of %s opened before: %v, want ESTALE", f.Name(), err)
+		}
+		if _, err := f.Stat(); !errors.Is(err, syscall.ESTALE) {
+			t.Errorf("fstat of %s opened before: %v, want ESTALE", f.Name(), err)
+		}
+	}
+	for _, p := range []string{"file", "dir", "dir/a", "dir/sub/b", "made", "missing", "dir/missing"} {
+		if _, err := os.Lstat(filepath.Join(b2, p)); !errors.Is(err, syscall.ESTALE) {
+			t.Errorf("stat %s: %v, want ESTALE", p, err)
+		}
+	}
+	for _, p := range []string{"made", "dir", "dir/sub"} {
+		if err := os.Mkdir(filepath.Join(b2, p), 0o755); !errors.Is(err, syscall.ESTALE) {
+			t.Errorf("mkdir of existing %s: %v, want ESTALE", p, err)
+		}
+	}
+	if _, err := os.ReadDir(filepath.Join(b2, "dir")); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("listing: %v, want ESTALE", err)
+	}
+	if _, err := wd.ReadDir(-1); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("listing of a directory opened before: %v, want ESTALE", err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(wd.Fd()), &st); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("fstatfs: %v, want ESTALE", err)
+	}
+	m.ok("abort", b2)
 }

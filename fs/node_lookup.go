@@ -154,6 +154,9 @@ func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	if err := n.view.Check(); err != nil {
+		return toErrno(err)
+	}
 	st, err := n.view.Statfs()
 	if err != nil {
 		return toErrno(err)
