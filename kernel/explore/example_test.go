@@ -69,3 +69,43 @@ func ExampleMount_Create() {
 	// try1 live 1
 	// base
 }
+
+// Race three candidates: the first to succeed commits, and the others are
+// killed and their branches aborted.
+func ExampleMount_Speculate() {
+	mnt, unmount := exampleMount()
+	defer unmount()
+
+	m, _ := explore.Open(mnt)
+	out, err := m.Speculate(context.Background(), [][]string{
+		explore.Shell("sleep 10; echo slow > " + mnt + "/file"),
+		explore.Shell("echo fast > " + mnt + "/file"),
+		explore.Shell("exit 1"),
+	}, explore.Options{})
+	if err != nil {
+		panic(err)
+	}
+	data, _ := os.ReadFile(filepath.Join(mnt, "file"))
+	fmt.Printf("winner %d; file: %s", *out.Winner, data)
+	for _, r := range out.Results {
+		fmt.Println(r.ExitCode, r.Signal, r.Committed, r.Aborted)
+	}
+	// Output:
+	// winner 1; file: fast
+	// -1 killed false true
+	// 0  true false
+	// 1  false true
+}
+
+// Score candidates on fd 3 and commit the best.
+func ExampleMount_BestOfN() {
+	mnt, unmount := exampleMount()
+	defer unmount()
+
+	m, _ := explore.Open(mnt)
+	cmd := []string{"sh", "-c", "echo $BRANCHFS_INDEX > " + mnt + "/file; echo $(( BRANCHFS_INDEX * 7 % 5 )) >&3"}
+	out, _ := m.BestOfN(context.Background(), [][]string{cmd, cmd, cmd, cmd, cmd}, true, explore.Options{})
+	data, _ := os.ReadFile(filepath.Join(mnt, "file"))
+	fmt.Printf("winner %d with score %v; file: %s", *out.Winner, *out.WinnerResult().Score, data)
+	// Output: winner 2 with score 4; file: 2
+}

@@ -19,6 +19,9 @@ import (
 var binary string // branchfs, built for the tests
 
 func TestMain(m *testing.M) {
+	if os.Getenv("BRANCHFS_TEST_USERNS") != "" {
+		os.Exit(m.Run()) // TestUserNamespace, as an ordinary user
+	}
 	if os.Geteuid() != 0 {
 		fmt.Println("skipping run tests: they need root")
 		os.Exit(0)

@@ -1,11 +1,16 @@
 package explore
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -241,4 +246,52 @@ func TestPatternsBadInput(t *testing.T) {
 		t.Errorf("branches: %+v", list)
 	}
 	tm.noneLeft(t, token(t))
+}
+
+// The pattern subcommands print the outcome with --json and exit 0 on a
+// commit, 1 without; a Ctrl-C ends every candidate and branch.
+func TestPatternsCLI(t *testing.T) {
+	tm := mountT(t)
+	tok := token(t)
+	cmd := exec.Command(binary, "speculate", "--json", "-n", "3", tm.mnt, "--", "sh", "-c", `echo $BRANCHFS_INDEX > `+tm.mnt+`/w; [ $BRANCHFS_INDEX = 1 ]`)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	must(t, cmd.Run())
+	var out Outcome
+	must(t, json.Unmarshal(stdout.Bytes(), &out))
+	if !out.Committed || *out.Winner != 1 || len(out.Results) != 3 {
+		t.Errorf("outcome %s", stdout.String())
+	}
+	err := exec.Command(binary, "best-of-n", "-c", "exit 1", tm.mnt).Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("no winner: %v", err)
+	}
+	for _, args := range [][]string{
+		{"speculate", tm.mnt},
+		{"speculate", "-n", "2", tm.mnt},
+		{"speculate", "-n", "2", "-c", "true", tm.mnt, "--", "true"},
+		{"reflexion", "--retries", "0", tm.mnt, "--", "true"},
+		{"cascaded", "--fan-out", "0", tm.mnt, "--", "true"},
+		{"tournament", "-n", "2", tm.mnt, "--", "true"},
+		{"beam", "-c", "true", "--depth", "2", tm.mnt},
+		{"tree", "-c", "true", "--parent", "nosuch", tm.mnt},
+	} {
+		out, err := exec.Command(binary, args...).CombinedOutput()
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.HasPrefix(string(out), "branchfs: "+args[0]+": ") {
+			t.Errorf("%q: %v: %s", args, err, out)
+		}
+	}
+	dir := t.TempDir()
+	c := exec.Command(binary, "speculate", "-n", "4", tm.mnt, "--", "sh", "-c", daemon(tok, dir+"/r$BRANCHFS_INDEX")+"; sleep 1000")
+	must(t, c.Start())
+	eventually(t, "the daemons", func() bool {
+		m, _ := filepath.Glob(dir + "/r?")
+		return len(m) == 4
+	})
+	c.Process.Signal(syscall.SIGINT)
+	if err := c.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("Ctrl-C: %v", err)
+	}
+	tm.noneLeft(t, tok)
 }

@@ -261,3 +261,42 @@ func TestRunCLI(t *testing.T) {
 	}
 	tm.noneLeft(t, token(t))
 }
+
+// An ordinary user's run gets its namespaces in a user namespace: the
+// view is bound over the workspace path, and the command holds no
+// capability. No daemon mounts as an ordinary user here, so the view is
+// a plain directory; the test runs itself again as nobody for this.
+func TestUserNamespace(t *testing.T) {
+	if os.Getenv("BRANCHFS_TEST_USERNS") == "" {
+		dir := t.TempDir()
+		must(t, os.Chmod(dir, 0o777))
+		must(t, os.Chmod(filepath.Dir(dir), 0o755))
+		self, err := os.Executable()
+		must(t, err)
+		exe := filepath.Join(dir, "explore.test")
+		data, err := os.ReadFile(self)
+		must(t, err)
+		must(t, os.WriteFile(exe, data, 0o755))
+		cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", exe, "-test.run=^TestUserNamespace$", "-test.v")
+		cmd.Env = append(os.Environ(), "BRANCHFS_TEST_USERNS="+dir, "XDG_RUNTIME_DIR="+dir)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestUserNamespace") {
+			t.Fatalf("as nobody: %v\n%s", err, out)
+		}
+		return
+	}
+	dir := os.Getenv("BRANCHFS_TEST_USERNS")
+	ws, view := filepath.Join(dir, "ws"), filepath.Join(dir, "ws", "@b")
+	must(t, os.MkdirAll(view, 0o755))
+	must(t, os.WriteFile(filepath.Join(view, "f"), []byte("view\n"), 0o644))
+	p := &Proc{m: &Mount{dir: ws}, name: "b", done: make(chan struct{})}
+	var out bytes.Buffer
+	p.spec = Spec{Args: sh("cat f; grep CapEff /proc/self/status; id -u"), Stdout: &out, Stderr: &out}
+	must(t, p.startHelper(ws, nil))
+	p.start = time.Now()
+	go p.wait(context.Background())
+	res := p.Wait()
+	if want := "view\nCapEff:\t0000000000000000\n65534\n"; out.String() != want || !res.Success() {
+		t.Errorf("output %q, want %q; %+v", out.String(), want, res)
+	}
+}
