@@ -55,6 +55,10 @@ var conformanceScripts = map[string][]step{
 		root("chmod", "f", "06755"), as(65534, 65533, "chown", "f", "-1", "65533"), root("stat", "f", "mode"),
 		root("mkdir", "d", "0755"), root("chown", "d", "65534", "65534"), root("stat", "d", "uid,gid"),
 		root("symlink", "f", "l"), root("lchown", "l", "65532", "65532"), root("lstat", "l", "uid,gid"), root("stat", "f", "uid,gid"),
+		// chown(-1, -1) changes nothing but the ctime.
+		root("mark", "f"), root("chown", "f", "-1", "-1"), root("changed", "f"),
+		root("mark", "d"), root("chown", "d", "-1", "-1"), root("changed", "d"),
+		root("mark", "l"), root("lchown", "l", "-1", "-1"), root("changed", "l"),
 	},
 	"link": {
 		root("create", "f", "0644"), root("mark", "f"), root("link", "f", "g"), root("stat", "f", "nlink"),

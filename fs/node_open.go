@@ -210,7 +210,13 @@ type attrChanger interface {
 }
 
 // applySetattr applies what in asks for, in the order of the system calls.
+// A setattr that changes nothing is a chown(-1, -1), or the kernel's
+// removal of privileges before a write (killpriv.go): on the filesystem
+// below both change the ctime, which chown(-1, -1) there does.
 func applySetattr(in *fuse.SetAttrIn, c attrChanger) error {
+	if in.Valid&setattrChanges == 0 {
+		return c.chown(-1, -1)
+	}
 	if size, ok := in.GetSize(); ok {
 		if err := c.truncate(int64(size)); err != nil {
 			return err
