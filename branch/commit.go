@@ -268,6 +268,9 @@ func (s *Store) completeLocked(c *commitRun) *CommitResult {
 	p.liveChildren.Add(-1)
 	s.retire(b, Committed)
 	res.Dropped = s.finish(c)
+	// A committed branch is only a name now.
+	s.remove(b)
+	s.remember(b)
 	if p.view != nil {
 		p.view.invalidate()
 	}

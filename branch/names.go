@@ -1,6 +1,9 @@
 package branch
 
-import "fmt"
+import (
+	"fmt"
+	"unicode/utf8"
+)
 
 // MainName is the branch that shows the base directory itself.
 const MainName = "main"
@@ -17,10 +20,14 @@ func ValidateName(name string) error {
 	if name[0] == '.' {
 		return fmt.Errorf("%w %q: must not start with '.'", ErrInvalidName, name)
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
+	for i, c := range name {
+		if c == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(name[i:]); size == 1 {
+				return fmt.Errorf("%w %q: byte %#x is not one of [A-Za-z0-9._-]", ErrInvalidName, name, name[i])
+			}
+		}
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("%w %q: byte %q is not one of [A-Za-z0-9._-]", ErrInvalidName, name, c)
+			return fmt.Errorf("%w %q: character %q is not one of [A-Za-z0-9._-]", ErrInvalidName, name, c)
 		}
 	}
 	return nil

@@ -46,6 +46,9 @@ type logRecord struct {
 	// rollback can put it back. It exists from before the journal until
 	// the commit is done or rolled back.
 	Stage string `json:"stage,omitempty"`
+	// AutoName, in main's snapshot record, is the last generated name's
+	// number, so that no generated name comes back (Store.freeName).
+	AutoName int `json:"auto_name,omitempty"`
 }
 
 func encodeRecord(r *logRecord) ([]byte, error) {

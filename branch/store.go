@@ -25,6 +25,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,7 +105,13 @@ type Store struct {
 	nextView atomic.Uint64
 	trashSeq atomic.Uint64
 	emptying atomic.Bool
-	autoName int
+	autoName int // the last generated name's number (freeName)
+	// history holds the latest branches that finished (were committed or
+	// aborted), newest last, for List; at most historyMax. Changed under mu.
+	history []Info
+	// compactAt is the log size past which it is rewritten as a snapshot
+	// (compactLocked).
+	compactAt int64
 	// leftovers names finished branches whose deltas still wait for the
 	// trash (see trashDeltaLater); changed under mu.
 	leftovers []string
@@ -281,6 +288,14 @@ func (s *Store) load() error {
 			return err
 		}
 	}
+	// A committed branch is only a name now; its stale children went with
+	// it (below, as orphans).
+	for name, b := range s.branches {
+		if b.meta.Committed {
+			delete(s.branches, name)
+		}
+	}
+	s.noteNames(recs)
 	// A branch whose parent is gone was being aborted (aborts drop
 	// children first, but a crash may stop one anywhere).
 	for changed := true; changed; {
@@ -307,11 +322,7 @@ func (s *Store) load() error {
 	if err := s.link(); err != nil {
 		return err
 	}
-	end, err := writeSnapshot(s.logPath(), s.snapshot())
-	if err != nil {
-		return err
-	}
-	if s.log, err = openStateLog(s.logPath(), end); err != nil {
+	if err := s.rewriteLog(); err != nil {
 		return err
 	}
 	s.main.view = s.newView(s.main, []*layer{s.base})
@@ -384,9 +395,59 @@ func (s *Store) sortedNames() []string {
 	return names
 }
 
+// noteNames raises the generated-name counter past every name of the form
+// freeName makes that the log mentions, so that none is handed out again.
+func (s *Store) noteNames(recs []logRecord) {
+	for i := range recs {
+		r := &recs[i]
+		s.autoName = max(s.autoName, r.AutoName)
+		if n, ok := strings.CutPrefix(r.Name, autoPrefix); ok {
+			if k, err := strconv.Atoi(n); err == nil {
+				s.autoName = max(s.autoName, k)
+			}
+		}
+	}
+}
+
+// rewriteLog replaces the log with a snapshot of the state and opens it
+// for appending. Preconditions: s.mu held exclusively or not yet shared;
+// no commit is journaled without its "done" (the snapshot would drop it).
+func (s *Store) rewriteLog() error {
+	end, err := writeSnapshot(s.logPath(), s.snapshot())
+	if err != nil {
+		return err
+	}
+	l, err := openStateLog(s.logPath(), end)
+	if err != nil {
+		return err
+	}
+	if s.log != nil {
+		s.log.close()
+	}
+	s.log = l
+	// Rewriting costs about what the snapshot holds; waiting for the log
+	// to grow by as much again keeps the cost per record constant.
+	s.compactAt = max(compactMin, 2*end)
+	return nil
+}
+
+// compactMin is the smallest log that is compacted while mounted.
+const compactMin = 256 << 10
+
+// compactLocked rewrites a log that outgrew compactAt as a snapshot, which
+// holds unfinished branches only: committed and aborted ones leave it.
+// Not while a failed commit waits to be settled: its journal must stay.
+// A failure leaves the old log in place, which stays valid.
+// Preconditions: as rewriteLog.
+func (s *Store) compactLocked() {
+	if s.log.off > s.compactAt && s.unfinished.Load() == nil {
+		s.rewriteLog()
+	}
+}
+
 // snapshot is the state as log records, parents before their children.
 func (s *Store) snapshot() []logRecord {
-	recs := []logRecord{{Op: logBranch, Name: MainName, Epoch: s.main.epoch()}}
+	recs := []logRecord{{Op: logBranch, Name: MainName, Epoch: s.main.epoch(), AutoName: s.autoName}}
 	var add func(p *Branch)
 	add = func(p *Branch) {
 		for _, c := range s.children(p) {
@@ -506,8 +567,7 @@ func (s *Store) Create(name, parent string) (*View, error) {
 	if name == MainName {
 		return nil, &BranchError{"create", name, ErrExists}
 	}
-	old := s.branches[name]
-	if old != nil && old.State() != Committed {
+	if s.branches[name] != nil {
 		return nil, &BranchError{"create", name, ErrExists}
 	}
 	p, err := s.lookupBranch(parent)
@@ -526,12 +586,6 @@ func (s *Store) Create(name, parent string) (*View, error) {
 	b := &Branch{meta: branchMeta{
 		Name: name, Parent: p.meta.Name, ParentEpoch: p.epoch(), Created: time.Now().UTC(),
 	}}
-	if old != nil {
-		// A committed record only keeps its name for list; reuse frees it.
-		if err := s.forget(old); err != nil {
-			return nil, err
-		}
-	}
 	if slices.Contains(s.leftovers, name) {
 		s.trashLeftovers() // a finished branch's delta, in the new one's place
 	}
@@ -547,6 +601,7 @@ func (s *Store) Create(name, parent string) (*View, error) {
 	s.branches[name] = b
 	s.adopt(p, b)
 	p.liveChildren.Add(1)
+	s.compactLocked()
 	return b.view, nil
 }
 
@@ -561,10 +616,15 @@ func (s *Store) countUnfinished() int {
 	return n
 }
 
+// autoPrefix starts the names freeName makes.
+const autoPrefix = "branch-"
+
+// freeName makes a name no branch of the store had: the counter outlives
+// mounts (snapshot, noteNames).
 func (s *Store) freeName() string {
 	for {
 		s.autoName++
-		n := "branch-" + strconv.Itoa(s.autoName)
+		n := autoPrefix + strconv.Itoa(s.autoName)
 		if s.branches[n] == nil {
 			return n
 		}
@@ -679,7 +739,11 @@ func (s *Store) Abort(name string, recursive bool) ([]string, error) {
 	if b.liveChildren.Load() > 0 && !recursive {
 		return nil, &BranchError{"abort", name, ErrBusy}
 	}
-	return s.drop(b, nil)
+	dropped, err := s.drop(b, nil)
+	if err == nil {
+		s.compactLocked()
+	}
+	return dropped, err
 }
 
 // drop removes b and all its descendants, and appends the names of those
@@ -700,33 +764,32 @@ func (s *Store) drop(b *Branch, dropped []string) ([]string, error) {
 	}
 	s.retire(b, Aborted)
 	s.remove(b)
+	s.remember(b)
 	return append(dropped, b.meta.Name), nil
 }
 
-// dropChildren drops b's descendants (see drop); committed children, which
-// have no view or delta left, are only forgotten.
+// dropChildren drops b's descendants (see drop).
 func (s *Store) dropChildren(b *Branch, dropped []string) ([]string, error) {
 	for _, c := range s.children(b) {
 		var err error
-		if c.State() == Committed {
-			err = s.forget(c)
-		} else {
-			dropped, err = s.drop(c, dropped)
-		}
-		if err != nil {
+		if dropped, err = s.drop(c, dropped); err != nil {
 			return dropped, err
 		}
 	}
 	return dropped, nil
 }
 
-// forget removes the record of a committed branch.
-func (s *Store) forget(b *Branch) error {
-	if _, err := s.log.append(&logRecord{Op: logAbort, Name: b.meta.Name}, false); err != nil {
-		return err
+// historyMax bounds the finished branches List shows.
+const historyMax = 32
+
+// remember adds b, which just finished, to the history. Preconditions:
+// s.mu held.
+func (s *Store) remember(b *Branch) {
+	if len(s.history) >= historyMax {
+		s.history = slices.Delete(s.history, 0, len(s.history)-historyMax+1)
 	}
-	s.remove(b)
-	return nil
+	s.history = append(s.history, Info{Name: b.meta.Name, Parent: b.meta.Parent, State: b.State().String(),
+		Epoch: b.epoch(), Created: b.meta.Created, Finished: time.Now().UTC()})
 }
 
 func (s *Store) adopt(p, b *Branch) {
@@ -771,10 +834,13 @@ type Info struct {
 	DeltaBytes int64     `json:"delta_bytes"`
 	DeltaFiles int64     `json:"delta_files"`
 	Created    time.Time `json:"created"`
+	// Finished is when a committed or aborted branch ended (history only).
+	Finished time.Time `json:"finished,omitzero"`
 }
 
-// List describes every branch, main first.
-func (s *Store) List() []Info {
+// List describes main and every live or stale branch; with all, also the
+// latest finished ones, oldest first, as far as this mount saw them.
+func (s *Store) List(all bool) []Info {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := []Info{{Name: MainName, State: Live.String(), Epoch: s.main.epoch()}}
@@ -790,6 +856,22 @@ func (s *Store) List() []Info {
 			in.DeltaBytes, in.DeltaFiles = duTree(s.deltaDir(n))
 		}
 		out = append(out, in)
+	}
+	if all {
+		out = append(out, s.history...)
+	}
+	return out
+}
+
+// LiveNames lists the live branches, by name.
+func (s *Store) LiveNames() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []string
+	for _, n := range s.sortedNames() {
+		if s.branches[n].State() == Live {
+			out = append(out, n)
+		}
 	}
 	return out
 }

@@ -228,7 +228,7 @@ func TestStaleBranchOfUserBase(t *testing.T) {
 	}
 	m.ok("abort", filepath.Join(b, "dir"))
 	wantMissing(t, b)
-	if got := m.listNames(); strings.Contains(got, "b:") {
+	if got := m.listNames(); got != "main:live" {
 		t.Errorf("list after the abort: %s", got)
 	}
 }
@@ -315,5 +315,69 @@ func TestNestingRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(base, ".st")); err == nil {
 		t.Errorf("a refused mount made its store in the base")
+	}
+}
+
+// TestFinishedBranchesLeave: committed and aborted branches leave list
+// (list --all shows them), the log stays bounded, generated names never
+// come back, not after a remount either.
+func TestFinishedBranchesLeave(t *testing.T) {
+	m := newMount(t, "")
+	ctl := filepath.Join(m.mnt, ".branchfs_ctl")
+	seen := map[string]bool{}
+	gen := func() string {
+		t.Helper()
+		f, err := os.Open(ctl)
+		must(t, err)
+		defer f.Close()
+		name, err := kernel.Create(f)
+		must(t, err)
+		if seen[name] {
+			t.Fatalf("generated name %s handed out twice", name)
+		}
+		seen[name] = true
+		return name
+	}
+	for i := 0; i < 3; i++ {
+		a, b := gen(), gen()
+		writeFile(t, filepath.Join(m.view(a), "f"), "x")
+		m.ok("commit", m.view(a))
+		m.ok("abort", m.view(b))
+	}
+	if got := m.listNames(); got != "main:live" {
+		t.Errorf("list after commits and aborts: %s", got)
+	}
+	if all := m.listNames("--all"); strings.Count(all, ":committed") != 3 || strings.Count(all, ":aborted") != 3 {
+		t.Errorf("list --all: %s", all)
+	}
+	m.ok("unmount", m.mnt)
+	m.start()
+	for i := 0; i < 3; i++ {
+		m.ok("abort", m.view(gen()))
+	}
+	// Many more rounds: the log is compacted as it goes.
+	name := "n" + strings.Repeat("x", 100)
+	for i := 0; i < 1500; i++ {
+		must(t, os.WriteFile(ctl, []byte("create:"+name), 0))
+		must(t, os.WriteFile(filepath.Join(m.view(name), ".branchfs_ctl"), []byte("abort"), 0))
+	}
+	fi, err := os.Stat(filepath.Join(m.store, "log"))
+	must(t, err)
+	log := readFile(t, filepath.Join(m.store, "log"))
+	if used := len(strings.TrimRight(log, "\x00")); used > 300<<10 {
+		t.Errorf("log holds %d bytes (file %d) after 1500 aborted branches", used, fi.Size())
+	}
+	if got := m.listNames(); got != "main:live" {
+		t.Errorf("list: %s", got)
+	}
+}
+
+// TestNameErrorsShowCharacters: a bad name's error quotes the character,
+// not one of its bytes.
+func TestNameErrorsShowCharacters(t *testing.T) {
+	m := newMount(t, "")
+	_, errOut, code := m.cli("create", "café", m.mnt)
+	if code != 1 || !strings.Contains(errOut, "character 'é'") {
+		t.Errorf("create café: exit %d: %q", code, errOut)
 	}
 }

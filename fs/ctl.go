@@ -160,9 +160,9 @@ func (f *FS) command(ctx context.Context, v *branch.View, cmd string) ([]byte, e
 		return nil, f.commit(v)
 	case verb == "abort" && (arg == "" || arg == "recursive"):
 		return nil, f.abort(v, arg == "recursive")
-	case verb == "list" && arg == "":
+	case verb == "list" && (arg == "" || arg == "all"):
 		return json.MarshalIndent(map[string]any{
-			"view": v.Name(), "base": f.store.Base(), "store": f.store.Dir(), "branches": f.store.List(),
+			"view": v.Name(), "base": f.store.Base(), "store": f.store.Dir(), "branches": f.store.List(arg == "all"),
 		}, "", "  ")
 	case verb == "diff" && arg == "":
 		d, err := f.store.Diff(v.Name())

@@ -54,7 +54,7 @@ func TestCommitDoneRecordFails(t *testing.T) {
 	m.env = nil
 	m.start()
 	wantContent(t, filepath.Join(m.base, "file"), "after\n")
-	wantStates(t, m, map[string]string{"b": "committed"})
+	wantStates(t, m, map[string]string{"b": "gone"})
 }
 
 // TestCommitDiskFull commits a branch that rewrites 300 files into a base

@@ -148,8 +148,12 @@ func unwrapErrno(err error) error {
 	return err
 }
 
-func readStatus(viewRoot string) (*status, error) {
-	data, err := control(viewRoot, "list")
+func readStatus(viewRoot string, all bool) (*status, error) {
+	cmd := "list"
+	if all {
+		cmd = "list:all"
+	}
+	data, err := control(viewRoot, cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -284,10 +288,10 @@ func abortCmd() *cobra.Command {
 }
 
 func listCmd() *cobra.Command {
-	var asJSON bool
+	var asJSON, all bool
 	c := &cobra.Command{
-		Use:   "list MNT [--json]",
-		Short: "List branches with parent, state, epoch and delta size",
+		Use:   "list MNT [--json] [--all]",
+		Short: "List live and stale branches with parent, state, epoch and delta size",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			root, name, err := findView(args[0])
@@ -297,7 +301,7 @@ func listCmd() *cobra.Command {
 			if name != branch.MainName {
 				root = filepath.Dir(root)
 			}
-			st, err := readStatus(root)
+			st, err := readStatus(root, all)
 			if err != nil {
 				return fmt.Errorf("list %s: %w", args[0], err)
 			}
@@ -317,6 +321,7 @@ func listCmd() *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().BoolVar(&all, "all", false, "also list the latest committed and aborted branches (up to 32, since the mount)")
 	return c
 }
 

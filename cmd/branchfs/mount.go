@@ -296,7 +296,7 @@ func unmountCmd() *cobra.Command {
 				return err
 			}
 			var pid int
-			if info, err := readStatus(mnt); err == nil {
+			if info, err := readStatus(mnt, false); err == nil {
 				data, _ := os.ReadFile(filepath.Join(info.Store, "daemon.pid"))
 				pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
 			}
