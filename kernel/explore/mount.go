@@ -30,11 +30,20 @@ func Open(dir string) (*Mount, error) {
 		return nil, err
 	}
 	m := &Mount{dir: filepath.Clean(abs)}
-	f, err := m.control(branch.MainName)
+	data, err := m.command(branch.MainName, "list")
 	if err != nil {
 		return nil, fmt.Errorf("%s is not the mount point of a branchfs mount: %w", dir, err)
 	}
-	f.Close()
+	// A branch's view has a control file too, but no @NAME entries.
+	var st struct {
+		View string `json:"view"`
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	if st.View != branch.MainName {
+		return nil, fmt.Errorf("%s is the view of branch %s; give the mount point", dir, st.View)
+	}
 	return m, nil
 }
 

@@ -246,19 +246,20 @@ func TestRunCLI(t *testing.T) {
 	if got := readFile(t, filepath.Join(tm.View(res.Branch), "new")); got != "x\n" {
 		t.Errorf("kept branch: new = %q", got)
 	}
-	must(t, tm.Abort(res.Branch, false))
 	for _, args := range [][]string{
 		{"run", tm.mnt},
 		{"run", tm.mnt, "true"},
 		{"run", "--on-success", "abort", tm.mnt, "--", "true"},
 		{"run", "--branch", "x", "--parent", "y", tm.mnt, "--", "true"},
 		{"run", "/", "--", "true"},
+		{"run", tm.View(res.Branch), "--", "true"},
 	} {
 		out, err := exec.Command(binary, args...).CombinedOutput()
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.HasPrefix(string(out), "branchfs: run: ") {
 			t.Errorf("%q: %v: %s", args, err, out)
 		}
 	}
+	must(t, tm.Abort(res.Branch, false))
 	tm.noneLeft(t, token(t))
 }
 
