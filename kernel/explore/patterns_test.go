@@ -282,16 +282,44 @@ func TestPatternsCLI(t *testing.T) {
 			t.Errorf("%q: %v: %s", args, err, out)
 		}
 	}
-	dir := t.TempDir()
-	c := exec.Command(binary, "speculate", "-n", "4", tm.mnt, "--", "sh", "-c", daemon(tok, dir+"/r$BRANCHFS_INDEX")+"; sleep 1000")
-	must(t, c.Start())
-	eventually(t, "the daemons", func() bool {
-		m, _ := filepath.Glob(dir + "/r?")
-		return len(m) == 4
-	})
-	c.Process.Signal(syscall.SIGINT)
-	if err := c.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 130 {
-		t.Errorf("Ctrl-C: %v", err)
+	// Ctrl-C, and kill -9 (the janitor reaps), of a race and of a tree,
+	// which holds a branch of its own between levels.
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGKILL} {
+		for _, pattern := range []string{"speculate", "tree"} {
+			dir := t.TempDir()
+			args := []string{pattern, "-n", "4", tm.mnt, "--", "sh", "-c", daemon(tok, dir+"/r$BRANCHFS_INDEX") + "; sleep 1000"}
+			if pattern == "tree" {
+				args = append(args[:1], append([]string{"--depth", "2", "--expand", "true"}, args[1:]...)...)
+			}
+			c := exec.Command(binary, args...)
+			must(t, c.Start())
+			eventually(t, "the daemons", func() bool {
+				m, _ := filepath.Glob(dir + "/r?")
+				return len(m) == 4
+			})
+			c.Process.Signal(sig)
+			err := c.Wait()
+			if sig == syscall.SIGINT && (!errors.As(err, &ee) || ee.ExitCode() != 130) {
+				t.Errorf("%s: Ctrl-C: %v", pattern, err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				list, err := tm.List()
+				live := 0
+				for _, b := range list {
+					if b.State != "committed" {
+						live++
+					}
+				}
+				if len(withToken(tok)) == 0 && err == nil && live == 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s, %v: left: %q, %+v, %v", pattern, sig, withToken(tok), list, err)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
 	}
 	tm.noneLeft(t, tok)
 }
