@@ -381,3 +381,64 @@ func TestNameErrorsShowCharacters(t *testing.T) {
 		t.Errorf("create café: exit %d: %q", code, errOut)
 	}
 }
+
+// TestReferenceClientFlags: the reference implementation's spellings work:
+// --storage for --store (mount and unmount), -p for --parent, a bare
+// --passthrough, and --list-branches shows live branches in MNT's listing.
+func TestReferenceClientFlags(t *testing.T) {
+	dir := t.TempDir()
+	base, store, mnt := filepath.Join(dir, "base"), filepath.Join(dir, "store"), filepath.Join(dir, "mnt")
+	sampleTree(t, base)
+	must(t, os.Mkdir(mnt, 0o755))
+	m := &mount{t: t, base: base, store: store, mnt: mnt}
+	m.ok("mount", "--base", base, "--storage", store, "--passthrough", "--list-branches", mnt)
+	m.mounted = true
+	t.Cleanup(m.cleanup)
+	if _, err := os.Stat(filepath.Join(store, "log")); err != nil {
+		t.Fatalf("--storage did not place the store: %v", err)
+	}
+	m.create("p")
+	m.ok("create", "kid", mnt, "-p", "p")
+	m.create("other")
+	names := func() string {
+		ents, err := os.ReadDir(mnt)
+		must(t, err)
+		var out []string
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "@") {
+				out = append(out, e.Name())
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	// p has a live child: p is live too, and all three are listed.
+	if got := names(); got != "@kid @other @p" {
+		t.Errorf("root listing shows %q", got)
+	}
+	m.ok("abort", m.view("other"))
+	if got := names(); got != "@kid @p" {
+		t.Errorf("root listing after an abort shows %q", got)
+	}
+	list := m.list()
+	if len(list) != 3 || list[1].Name != "kid" {
+		t.Errorf("list: %v", list)
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	must(t, err)
+	if !strings.Contains(string(data), mnt) {
+		t.Fatal("not mounted")
+	}
+	m.ok("unmount", mnt, "--storage", store)
+	m.mounted = false
+	data, err = os.ReadFile("/proc/self/mountinfo")
+	must(t, err)
+	if strings.Contains(string(data), mnt+" ") {
+		t.Errorf("unmount --storage left the mount")
+	}
+	// The daemon log tells the passthrough mode it was given.
+	m.ok("mount", "--base", base, "--store", store, "--passthrough", "off", mnt)
+	m.mounted = true
+	if got := names(); got != "" {
+		t.Errorf("without --list-branches the root listing shows %q", got)
+	}
+}

@@ -189,7 +189,16 @@ func (f *FS) create(v *branch.View, name string) (string, error) {
 	if f.root.GetChild(BranchPrefix+child.Name()) != nil {
 		f.loop.serveWhile(func() { f.root.NotifyEntry(BranchPrefix + child.Name()) })
 	}
+	f.branchesChanged()
 	return child.Name(), nil
+}
+
+// branchesChanged drops the kernel's listing of the mount's root when it
+// shows the branches (Options.ListBranches).
+func (f *FS) branchesChanged() {
+	if f.opts.ListBranches {
+		f.root.NotifyContent(0, 0)
+	}
 }
 
 func (f *FS) commit(v *branch.View) error {
@@ -198,6 +207,7 @@ func (f *FS) commit(v *branch.View) error {
 		return err
 	}
 	f.loop.serveWhile(func() { f.afterCommit(v.Name(), res) })
+	f.branchesChanged()
 	return nil
 }
 
@@ -207,5 +217,6 @@ func (f *FS) abort(v *branch.View, recursive bool) error {
 		return err
 	}
 	f.loop.serveWhile(func() { f.viewsGone(dropped, dropped) })
+	f.branchesChanged()
 	return nil
 }

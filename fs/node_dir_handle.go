@@ -53,6 +53,13 @@ func (h *dirHandle) list() syscall.Errno {
 			h.ents = append(h.ents, d)
 		}
 	}
+	if n == n.fsys.root && n.fsys.opts.ListBranches {
+		// Without attributes: READDIRPLUS leaves them to a lookup.
+		ino := n.StableAttr().Ino
+		for _, name := range n.fsys.store.LiveNames() {
+			h.ents = append(h.ents, branch.DirEntry{Name: BranchPrefix + name, Type: syscall.DT_DIR, Ino: ino})
+		}
+	}
 	return 0
 }
 

@@ -231,7 +231,7 @@ func createCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&parent, "parent", branch.MainName, "parent branch")
+	c.Flags().StringVarP(&parent, "parent", "p", branch.MainName, "parent branch")
 	return c
 }
 

@@ -31,6 +31,7 @@ func main() {
 	// What a killed `branchfs run` left (processes, cgroups, branches) is
 	// ended by the next branchfs command.
 	root.PersistentPreRun = func(*cobra.Command, []string) { explore.Reap() }
+	root.SetArgs(joinPassthroughValue(os.Args[1:]))
 	if err := root.Execute(); err != nil {
 		var status exitStatus
 		if errors.As(err, &status) {

@@ -21,11 +21,12 @@ import (
 	"github.com/branchfs/branchfs/branch"
 	"github.com/branchfs/branchfs/fs"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func mountCmd() *cobra.Command {
 	var base, store, passthrough, controlGroup string
-	var foreground, debug, durable bool
+	var foreground, debug, durable, listBranches bool
 	var readyFd, maxBranches, maxInodes int
 	var passthroughMinSize int64
 	var cacheTimeout time.Duration
@@ -49,7 +50,7 @@ func mountCmd() *cobra.Command {
 			default:
 				return fmt.Errorf("mount: --passthrough must be auto, on or off, not %q", passthrough)
 			}
-			opts := fs.Options{Passthrough: fs.Passthrough(passthrough), PassthroughMinSize: passthroughMinSize, Debug: debug, Timeout: cacheTimeout, MaxInodes: maxInodes}
+			opts := fs.Options{Passthrough: fs.Passthrough(passthrough), PassthroughMinSize: passthroughMinSize, Debug: debug, Timeout: cacheTimeout, MaxInodes: maxInodes, ListBranches: listBranches}
 			if controlGroup != "" {
 				gid, err := lookupGroup(controlGroup)
 				if err != nil {
@@ -81,7 +82,10 @@ func mountCmd() *cobra.Command {
 	c.Flags().StringVar(&base, "base", "", "directory to show at the mount point")
 	c.Flags().StringVar(&store, "store", "", "where branches are kept (default: one directory per mount point under /var/lib/branchfs or $XDG_STATE_HOME/branchfs)")
 	c.Flags().BoolVar(&foreground, "foreground", false, "serve in this process instead of starting a daemon")
-	c.Flags().StringVar(&passthrough, "passthrough", "auto", "kernel passthrough for reads: auto (main view), on (also read-only opens in branches), off")
+	aliasStorage(c)
+	c.Flags().StringVar(&passthrough, "passthrough", "auto", "kernel passthrough for reads: auto (main view), on (also read-only opens in branches), off; bare --passthrough means on")
+	c.Flags().Lookup("passthrough").NoOptDefVal = string(fs.PassthroughOn)
+	c.Flags().BoolVar(&listBranches, "list-branches", false, "show the @NAME entries of live branches in the listing of MNT (hidden by default, so that tools walking MNT do not walk every branch)")
 	c.Flags().Int64Var(&passthroughMinSize, "passthrough-min-size", fs.DefaultPassthroughMinSize, "files smaller than this many bytes are read through the mount's page cache instead of passthrough, which saves the round trip a stat costs after each passthrough read; 0: pass every file through")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	c.Flags().IntVar(&maxBranches, "max-branches", 0, "refuse to create more than this many unfinished (live or stale) branches; 0: no limit")
@@ -215,6 +219,9 @@ func daemonArgs() []string {
 	args := os.Args[2:]
 	for i := 0; i < len(args); i++ {
 		a := args[i]
+		if a == "--storage" || strings.HasPrefix(a, "--storage=") {
+			a = strings.Replace(a, "--storage", "--store", 1)
+		}
 		if a == "--store" || a == "--foreground" || a == "--ready-fd" {
 			if a != "--foreground" {
 				i++
@@ -286,8 +293,9 @@ func serve(mnt, base, storeDir string, opts fs.Options, readyFd, maxBranches int
 }
 
 func unmountCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "unmount MNT",
+	var store string
+	c := &cobra.Command{
+		Use:   "unmount MNT [--store DIR]",
 		Short: "Unmount MNT and wait for its daemon to exit",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -295,9 +303,12 @@ func unmountCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var pid int
 			if info, err := readStatus(mnt, false); err == nil {
-				data, _ := os.ReadFile(filepath.Join(info.Store, "daemon.pid"))
+				store = info.Store
+			}
+			var pid int
+			if store != "" {
+				data, _ := os.ReadFile(filepath.Join(store, "daemon.pid"))
 				pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
 			}
 			if err := unmount(mnt); err != nil {
@@ -309,6 +320,46 @@ func unmountCmd() *cobra.Command {
 			return nil
 		},
 	}
+	c.Flags().StringVar(&store, "store", "", "the mount's store, to find its daemon when MNT does not answer")
+	aliasStorage(c)
+	return c
+}
+
+// joinPassthroughValue turns mount's "--passthrough MODE" into
+// "--passthrough=MODE": a bare --passthrough means on, so the flag takes
+// its value only in the joined form, and "--passthrough on" would read
+// "on" as the mount point.
+func joinPassthroughValue(args []string) []string {
+	if len(args) == 0 || args[0] != "mount" {
+		return args
+	}
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--" {
+			return append(out, args[i:]...)
+		}
+		if args[i] == "--passthrough" && i+1 < len(args) {
+			switch fs.Passthrough(args[i+1]) {
+			case fs.PassthroughAuto, fs.PassthroughOn, fs.PassthroughOff:
+				out = append(out, "--passthrough="+args[i+1])
+				i++
+				continue
+			}
+		}
+		out = append(out, args[i])
+	}
+	return out
+}
+
+// aliasStorage makes --storage another name for --store: the reference
+// implementation's, which its clients pass.
+func aliasStorage(c *cobra.Command) {
+	c.Flags().SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "storage" {
+			name = "store"
+		}
+		return pflag.NormalizedName(name)
+	})
 }
 
 func unmount(mnt string) error {
