@@ -611,7 +611,7 @@ func (m *Mount) Tree(ctx context.Context, strategies [][]string, expand []string
 // is reaped should this process die; release drops the record.
 func (m *Mount) hold(parent, prefix string) (string, func(), error) {
 	name := genName(prefix)
-	path, err := writeRecord(&record{Owner: os.Getpid(), OwnerStart: selfStart(), Mount: m.dir, Branch: name, Created: true})
+	path, err := writeRecord(newRecord(m.dir, name, true))
 	if err != nil {
 		return "", nil, err
 	}
@@ -781,7 +781,7 @@ func (m *Mount) Beam(ctx context.Context, strategies [][]string, expand []string
 // holdExisting writes a record for a branch a run made, so that it is
 // reaped should this process die after the run; nil when it cannot.
 func (m *Mount) holdExisting(name string) func() {
-	path, err := writeRecord(&record{Owner: os.Getpid(), OwnerStart: selfStart(), Mount: m.dir, Branch: name, Created: true})
+	path, err := writeRecord(newRecord(m.dir, name, true))
 	if err != nil {
 		return nil
 	}

@@ -29,6 +29,7 @@ import (
 type record struct {
 	Owner      int    `json:"owner"`
 	OwnerStart uint64 `json:"owner_start"` // start time, against pid reuse
+	OwnerPIDNS string `json:"owner_pidns"` // the PID namespace Owner is a number in
 	Mount      string `json:"mount"`
 	Branch     string `json:"branch"`
 	Created    bool   `json:"created"` // abort the branch: the run made it
@@ -95,6 +96,18 @@ func procStart(pid int) uint64 {
 
 var selfStart = sync.OnceValue(func() uint64 { return procStart(os.Getpid()) })
 
+// selfPIDNS names this process's PID namespace ("pid:[4026531836]"): a
+// record's owner number means something only in its own namespace.
+var selfPIDNS = sync.OnceValue(func() string {
+	ns, _ := os.Readlink("/proc/self/ns/pid")
+	return ns
+})
+
+// newRecord describes a run of this process.
+func newRecord(mount, branch string, created bool) *record {
+	return &record{Owner: os.Getpid(), OwnerStart: selfStart(), OwnerPIDNS: selfPIDNS(), Mount: mount, Branch: branch, Created: created}
+}
+
 // Reap ends what runs whose process is gone left behind: their processes,
 // cgroups and the branches they created. It returns the first error and
 // goes on past it. Every branchfs command calls it; it costs one directory
@@ -122,8 +135,8 @@ func Reap() error {
 			os.Remove(path)
 			continue
 		}
-		if procStart(r.Owner) == r.OwnerStart {
-			continue // its owner runs: not ours to end
+		if r.OwnerPIDNS != selfPIDNS() || procStart(r.Owner) == r.OwnerStart {
+			continue // its owner runs, or is not ours to judge
 		}
 		if err := r.undo(); err != nil && first == nil {
 			first = err

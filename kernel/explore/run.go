@@ -202,7 +202,7 @@ func (m *Mount) Start(ctx context.Context, spec Spec) (*Proc, error) {
 		}
 		p.created = true
 	}
-	rec := &record{Owner: os.Getpid(), OwnerStart: selfStart(), Mount: m.dir, Branch: p.name, Created: p.created}
+	rec := newRecord(m.dir, p.name, p.created)
 	root, cgErr := cgroupRoot()
 	if cgErr == nil {
 		rec.Cgroup = filepath.Join(root, cgroupsDir, p.name)
