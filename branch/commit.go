@@ -162,25 +162,50 @@ func (s *Store) prepare(c *commitRun) error {
 	if err := c.preflight(); err != nil {
 		return err
 	}
-	// Tombstones and opaque markers inside a tree that moves into the base
-	// hide nothing in the branch's view (the base has nothing below them,
-	// or the tree's root is opaque), so they go now, undone by nothing.
-	for _, o := range c.j.Ops {
-		if o.Scrub {
-			if err := c.src.l.scrub(o.Src, false); err != nil {
-				return err
+	toBase := c.j.Parent == MainName
+	c.j.Copied = toBase && s.apart
+	if !c.j.Copied {
+		// Tombstones and opaque markers inside a tree that moves into the
+		// base hide nothing in the branch's view (the base has nothing
+		// below them, or the tree's root is opaque), so they go now,
+		// undone by nothing. (A copy leaves them out.)
+		for _, o := range c.j.Ops {
+			if o.Scrub {
+				if err := c.src.l.scrub(o.Src, false); err != nil {
+					return err
+				}
 			}
 		}
 	}
-	c.j.Stage = s.freshName("stage")
-	if err := unix.Mkdir(c.j.Stage, 0o700); err != nil {
+	stage, err := s.newStage(toBase)
+	if err != nil {
 		return err
 	}
-	fd, err := unix.Open(c.j.Stage, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	c.j.Stage = stage
+	fd, err := unix.Open(c.j.Stage, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
 	c.stage = fd
+	if c.j.Copied {
+		for i, o := range c.j.Ops {
+			if o.Kind != opReplace {
+				continue
+			}
+			spfd, sname, err := c.src.parent(o.Src)
+			if err != nil {
+				return err
+			}
+			if err := copyTree(spfd, sname, c.stage, copiedName(i)); err != nil {
+				return err
+			}
+		}
+		if s.Durable {
+			if err := unix.Syncfs(c.stage); err != nil {
+				return err
+			}
+		}
+	}
 	if s.Durable {
 		if err := syncDir(filepath.Dir(c.j.Stage)); err != nil {
 			return err
@@ -413,11 +438,20 @@ func (c *commitRun) close() {
 }
 
 // removeStage removes the stage of a commit that did not happen (it holds
-// nothing then).
+// nothing then but copies).
 func (c *commitRun) removeStage() {
 	if c.j.Stage != "" {
-		c.s.trash(c.j.Stage)
+		c.s.dropStage(c.j.Stage)
 	}
+}
+
+// srcAt names what step i (opReplace) moves: the delta's entry, or its
+// copy in the stage.
+func (c *commitRun) srcAt(i int, o op) (int, string, error) {
+	if c.j.Copied {
+		return c.stage, copiedName(i), nil
+	}
+	return c.src.parent(o.Src)
 }
 
 // apply runs a journal's steps; every one may already have happened.
@@ -483,7 +517,7 @@ func (c *commitRun) aside(i int, pfd int, name string) error {
 }
 
 func (c *commitRun) replace(i int, o op) error {
-	spfd, sname, err := c.src.parent(o.Src)
+	spfd, sname, err := c.srcAt(i, o)
 	if isNotExist(err) {
 		return nil
 	}
@@ -558,7 +592,7 @@ func (c *commitRun) undoMove(i int, o op) error {
 	}
 	c.target.forget(o.Dst)
 	if o.Kind == opReplace {
-		spfd, sname, err := c.src.parent(o.Src)
+		spfd, sname, err := c.srcAt(i, o)
 		if err != nil {
 			return err
 		}
@@ -781,8 +815,8 @@ func (s *Store) finish(c *commitRun) []string {
 		log.Printf("commit %s: recording that it is done: %v", c.j.Name, err)
 	}
 	if c.j.Stage != "" {
-		if err := s.trash(c.j.Stage); err != nil {
-			log.Printf("commit %s: moving its stage to the trash: %v", c.j.Name, err)
+		if err := s.dropStage(c.j.Stage); err != nil {
+			log.Printf("commit %s: removing its stage: %v", c.j.Name, err)
 		}
 	}
 	s.trashDeltaLater(c.j.Name)
@@ -840,7 +874,7 @@ func (s *Store) replayCommit(j *logRecord) (bool, error) {
 		return false, nil
 	}
 	if j.Stage != "" {
-		if err := s.trash(j.Stage); err != nil {
+		if err := s.dropStage(j.Stage); err != nil {
 			return true, err
 		}
 	}

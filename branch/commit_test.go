@@ -122,15 +122,51 @@ func changeMuch(t *testing.T, v *View) {
 	write(t, v, "e/w", "w")
 }
 
-func newBigStore(t *testing.T) (*Store, string) {
+// layouts are where a test's store goes: on the base's mount, or apart
+// from it (in /dev/shm, a tmpfs), where commits into the base copy.
+var layouts = []string{"same", "apart"}
+
+func newBigStore(t *testing.T, layout ...string) (*Store, string) {
 	t.Helper()
-	s, base := newStore(t)
+	var s *Store
+	var base string
+	if len(layout) > 0 && layout[0] == "apart" {
+		s, base = newStoreApart(t)
+	} else {
+		s, base = newStore(t)
+	}
 	for _, f := range []string{"e/z", "g1", "g2"} {
 		os.MkdirAll(filepath.Join(base, filepath.Dir(f)), 0o755)
 		if err := os.WriteFile(filepath.Join(base, f), []byte(f), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return s, base
+}
+
+// newStoreApart is newStore with the store on another mount than the base.
+func newStoreApart(t *testing.T) (*Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	store, err := os.MkdirTemp("/dev/shm", "branchfs-store")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(store) })
+	if a, _ := MountID(dir); a == 0 || a == func() uint64 { b, _ := MountID(store); return b }() {
+		t.Skip("/dev/shm is on the mount of the test's temporary directory")
+	}
+	base := filepath.Join(dir, "base")
+	if err := os.MkdirAll(filepath.Join(base, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(base, "f"), []byte("base"), 0o644)
+	os.WriteFile(filepath.Join(base, "d", "x"), []byte("x"), 0o644)
+	s, err := Open(store, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
 	return s, base
 }
 
@@ -184,62 +220,67 @@ func TestCommitFailureRollsBack(t *testing.T) {
 	}
 	for _, point := range points {
 		for _, errno := range []unix.Errno{unix.ENOSPC, unix.EPERM} {
-			t.Run(point+"-"+errno.Error(), func(t *testing.T) {
-				s, base := newBigStore(t)
-				b, _ := s.Create("b", MainName)
-				sib, _ := s.Create("s", MainName)
-				write(t, sib, "sibling", "s")
-				changeMuch(t, b)
-				baseBefore := treeOf(t, base)
-				viewBefore := viewTree(t, b, "", nil)
-				fired := false
-				setFailHook(t, func(s string) error {
-					if s == point {
-						fired = true
-						return errno
+			for _, layout := range layouts {
+				t.Run(point+"-"+errno.Error()+"-"+layout, func(t *testing.T) {
+					s, base := newBigStore(t, layout)
+					b, _ := s.Create("b", MainName)
+					sib, _ := s.Create("s", MainName)
+					write(t, sib, "sibling", "s")
+					changeMuch(t, b)
+					baseBefore := treeOf(t, base)
+					viewBefore := viewTree(t, b, "", nil)
+					fired := false
+					setFailHook(t, func(s string) error {
+						if s == point {
+							fired = true
+							return errno
+						}
+						return nil
+					})
+					_, err := s.Commit("b")
+					if !fired {
+						t.Fatalf("step %s not reached: %v", point, err)
 					}
-					return nil
+					if !errors.Is(err, errno) {
+						t.Fatalf("commit: %v, want %v", err, errno)
+					}
+					if d := diffTrees(baseBefore, treeOf(t, base)); d != "" {
+						t.Errorf("base changed by a failed commit: %s", d)
+					}
+					if d := diffTrees(viewBefore, viewTree(t, b, "", nil)); d != "" {
+						t.Errorf("branch changed by a failed commit: %s", d)
+					}
+					if b.Check() != nil || sib.Check() != nil {
+						t.Errorf("branches not live after a failed commit: %v, %v", b.Check(), sib.Check())
+					}
+					// A new mount finds nothing to finish.
+					s = reopen(t, s)
+					if d := diffTrees(baseBefore, treeOf(t, base)); d != "" {
+						t.Errorf("base changed by the next mount: %s", d)
+					}
+					failHook = nil
+					if _, err := s.Commit("b"); err != nil {
+						t.Fatalf("commit retried: %v", err)
+					}
+					after := treeOf(t, base)
+					for p, want := range map[string]string{"f": "from branch", "d/new": "new", "n/deep/y": "y", "e/w": "w"} {
+						if got := after[p]; !strings.HasSuffix(got, " "+want) {
+							t.Errorf("base %s = %q after the retried commit, want %q", p, got, want)
+						}
+					}
+					for _, p := range []string{"d/x", "e/z"} {
+						if _, ok := after[p]; ok {
+							t.Errorf("base %s still there after the retried commit", p)
+						}
+					}
+					if after["d"] != "drwx--x--x" {
+						t.Errorf("base d is %s after the retried commit", after["d"])
+					}
+					if _, ok := after[StageName]; ok {
+						t.Errorf("%s left in the base", StageName)
+					}
 				})
-				_, err := s.Commit("b")
-				if !fired {
-					t.Fatalf("step %s not reached: %v", point, err)
-				}
-				if !errors.Is(err, errno) {
-					t.Fatalf("commit: %v, want %v", err, errno)
-				}
-				if d := diffTrees(baseBefore, treeOf(t, base)); d != "" {
-					t.Errorf("base changed by a failed commit: %s", d)
-				}
-				if d := diffTrees(viewBefore, viewTree(t, b, "", nil)); d != "" {
-					t.Errorf("branch changed by a failed commit: %s", d)
-				}
-				if b.Check() != nil || sib.Check() != nil {
-					t.Errorf("branches not live after a failed commit: %v, %v", b.Check(), sib.Check())
-				}
-				// A new mount finds nothing to finish.
-				s = reopen(t, s)
-				if d := diffTrees(baseBefore, treeOf(t, base)); d != "" {
-					t.Errorf("base changed by the next mount: %s", d)
-				}
-				failHook = nil
-				if _, err := s.Commit("b"); err != nil {
-					t.Fatalf("commit retried: %v", err)
-				}
-				after := treeOf(t, base)
-				for p, want := range map[string]string{"f": "from branch", "d/new": "new", "n/deep/y": "y", "e/w": "w"} {
-					if got := after[p]; !strings.HasSuffix(got, " "+want) {
-						t.Errorf("base %s = %q after the retried commit, want %q", p, got, want)
-					}
-				}
-				for _, p := range []string{"d/x", "e/z"} {
-					if _, ok := after[p]; ok {
-						t.Errorf("base %s still there after the retried commit", p)
-					}
-				}
-				if after["d"] != "drwx--x--x" {
-					t.Errorf("base d is %s after the retried commit", after["d"])
-				}
-			})
+			}
 		}
 	}
 }
@@ -247,7 +288,13 @@ func TestCommitFailureRollsBack(t *testing.T) {
 // A commit whose every step happened reports success even when its "done"
 // record cannot be written, and the next mount does not apply it again.
 func TestCommitDoneRecordFails(t *testing.T) {
-	s, base := newBigStore(t)
+	for _, layout := range layouts {
+		t.Run(layout, func(t *testing.T) { testCommitDoneRecordFails(t, layout) })
+	}
+}
+
+func testCommitDoneRecordFails(t *testing.T, layout string) {
+	s, base := newBigStore(t, layout)
 	b, _ := s.Create("b", MainName)
 	changeMuch(t, b)
 	setFailHook(t, failAt("commit-epoch", unix.EIO))
@@ -271,45 +318,65 @@ func TestCommitDoneRecordFails(t *testing.T) {
 // read-only until a retry finishes it; a new mount finishes it too.
 func TestCommitRollbackFails(t *testing.T) {
 	for _, remount := range []bool{false, true} {
-		t.Run(fmt.Sprint("remount=", remount), func(t *testing.T) {
-			s, base := newBigStore(t)
-			b, _ := s.Create("b", MainName)
-			sib, _ := s.Create("s", MainName)
-			changeMuch(t, b)
-			setFailHook(t, func(step string) error {
-				if step == "commit-step-3" || step == "commit-undo" {
-					return unix.EIO
+		for _, layout := range layouts {
+			t.Run(fmt.Sprint("remount=", remount, "-", layout), func(t *testing.T) {
+				s, base := newBigStore(t, layout)
+				b, _ := s.Create("b", MainName)
+				sib, _ := s.Create("s", MainName)
+				changeMuch(t, b)
+				setFailHook(t, func(step string) error {
+					if step == "commit-step-3" || step == "commit-undo" {
+						return unix.EIO
+					}
+					return nil
+				})
+				if _, err := s.Commit("b"); !errors.Is(err, ErrUnfinished) {
+					t.Fatalf("commit: %v, want ErrUnfinished", err)
 				}
-				return nil
+				if err := b.Unlink("f"); !errors.Is(err, ErrUnfinished) {
+					t.Errorf("write to the branch: %v, want ErrUnfinished", err)
+				}
+				if _, err := s.Abort("b", false); !errors.Is(err, ErrUnfinished) {
+					t.Errorf("abort of the branch: %v, want ErrUnfinished", err)
+				}
+				// A stage in the base is in no view, and cannot be made there.
+				for _, v := range []*View{s.Main(), sib} {
+					ents, err := v.ReadDir("")
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, e := range ents {
+						if e.Name == StageName {
+							t.Errorf("%s listed in view %s", StageName, v.Name())
+						}
+					}
+					if _, err := v.Lookup(StageName); !errors.Is(err, unix.ENOENT) {
+						t.Errorf("lookup of %s in view %s: %v", StageName, v.Name(), err)
+					}
+				}
+				if _, err := sib.Mkdir(StageName, 0o755, Owner{}); !errors.Is(err, unix.EPERM) {
+					t.Errorf("mkdir %s in a branch: %v, want EPERM", StageName, err)
+				}
+				failHook = nil
+				if remount {
+					s = reopen(t, s)
+					if l := s.List(false); len(l) != 2 || l[1].Name != "s" {
+						t.Errorf("after the next mount list shows %v, want main and s (a committed branch leaves it)", l)
+					}
+				} else if _, err := s.Commit("b"); err != nil {
+					t.Fatalf("commit retried: %v", err)
+				}
+				if data, _ := os.ReadFile(filepath.Join(base, "n", "deep", "y")); string(data) != "y" {
+					t.Errorf("base n/deep/y = %q", data)
+				}
+				if _, err := os.Stat(filepath.Join(base, "d", "x")); !os.IsNotExist(err) {
+					t.Errorf("base d/x: %v", err)
+				}
+				if !remount && !errors.Is(sib.Check(), ErrStale) {
+					t.Errorf("sibling: %v, want stale", sib.Check())
+				}
 			})
-			if _, err := s.Commit("b"); !errors.Is(err, ErrUnfinished) {
-				t.Fatalf("commit: %v, want ErrUnfinished", err)
-			}
-			if err := b.Unlink("f"); !errors.Is(err, ErrUnfinished) {
-				t.Errorf("write to the branch: %v, want ErrUnfinished", err)
-			}
-			if _, err := s.Abort("b", false); !errors.Is(err, ErrUnfinished) {
-				t.Errorf("abort of the branch: %v, want ErrUnfinished", err)
-			}
-			failHook = nil
-			if remount {
-				s = reopen(t, s)
-				if l := s.List(false); len(l) != 2 || l[1].Name != "s" {
-					t.Errorf("after the next mount list shows %v, want main and s (a committed branch leaves it)", l)
-				}
-			} else if _, err := s.Commit("b"); err != nil {
-				t.Fatalf("commit retried: %v", err)
-			}
-			if data, _ := os.ReadFile(filepath.Join(base, "n", "deep", "y")); string(data) != "y" {
-				t.Errorf("base n/deep/y = %q", data)
-			}
-			if _, err := os.Stat(filepath.Join(base, "d", "x")); !os.IsNotExist(err) {
-				t.Errorf("base d/x: %v", err)
-			}
-			if !remount && !errors.Is(sib.Check(), ErrStale) {
-				t.Errorf("sibling: %v, want stale", sib.Check())
-			}
-		})
+		}
 	}
 }
 

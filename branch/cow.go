@@ -207,6 +207,11 @@ func copyData(in, out int, size int64) error {
 		for data < hole {
 			src, dst := data, data
 			n, err := unix.CopyFileRange(in, &src, out, &dst, int(min(hole-data, 1<<30)), 0)
+			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) {
+				// Another filesystem than the source's (a store apart
+				// from the base) may refuse: copy through memory.
+				n, err = copyThrough(in, out, data, min(hole-data, 1<<20))
+			}
 			if err != nil {
 				return err
 			}
@@ -218,6 +223,16 @@ func copyData(in, out int, size int64) error {
 		off = hole
 	}
 	return nil
+}
+
+// copyThrough copies n bytes at off from in to out with read and write.
+func copyThrough(in, out int, off, n int64) (int, error) {
+	buf := make([]byte, n)
+	got, err := unix.Pread(in, buf, off)
+	if err != nil || got == 0 {
+		return 0, err
+	}
+	return unix.Pwrite(out, buf[:got], off)
 }
 
 func copySymlink(src *layer, rel string, e *Entry, pfd int, name string) error {

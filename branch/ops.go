@@ -86,6 +86,9 @@ func (v *View) prepareNew(rel string) (pfd int, name string, hidden bool, err er
 	if rel == "" {
 		return -1, "", false, unix.EEXIST
 	}
+	if isStageName(rel) {
+		return -1, "", false, unix.EPERM
+	}
 	dir, name := path.Split(rel)
 	dir = trimSlash(dir)
 	dl, err := v.dirLayers(dir)
@@ -438,6 +441,9 @@ func (v *View) Rename(oldRel, newRel string, flags uint) error {
 	}
 	if flags&^uint(unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE) != 0 {
 		return unix.EINVAL
+	}
+	if isStageName(newRel) {
+		return unix.EPERM
 	}
 	eo, err := v.Lookup(oldRel)
 	if err != nil {

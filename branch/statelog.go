@@ -49,6 +49,10 @@ type logRecord struct {
 	// AutoName, in main's snapshot record, is the last generated name's
 	// number, so that no generated name comes back (Store.freeName).
 	AutoName int `json:"auto_name,omitempty"`
+	// Copied: the store is on another mount than the base, and each step
+	// moves into the base a copy made in the stage (stage.go), not the
+	// delta's own entry.
+	Copied bool `json:"copied,omitempty"`
 }
 
 func encodeRecord(r *logRecord) ([]byte, error) {

@@ -118,6 +118,9 @@ type Store struct {
 	// unfinished is a commit that failed and could not roll back (see
 	// commit.go); changed under mu, read by CheckWritable.
 	unfinished atomic.Pointer[commitRun]
+	// apart: the store is on another mount than the base, so commits into
+	// the base copy (stage.go).
+	apart bool
 
 	// Durable flushes a commit's journal record to the disk before the
 	// commit moves anything. Without it a commit is all-or-nothing across
@@ -171,13 +174,15 @@ func Open(dir, base string) (*Store, error) {
 		return nil, err
 	}
 	s.baseIno = sst.Ino
-	if err := unix.Stat(dir, &sst); err != nil {
+	storeMnt, err := MountID(dir)
+	if err != nil {
 		return nil, err
 	}
-	if sst.Dev != s.base.dev {
-		// Commits are renames from the store into the base.
-		return nil, fmt.Errorf("store %s is not on the same filesystem as base %s; choose one with --store", dir, base)
+	baseMnt, err := MountID(base)
+	if err != nil {
+		return nil, err
 	}
+	s.apart = storeMnt != baseMnt
 	// Leftovers of creations and deletions a crash interrupted.
 	emptyDir(filepath.Join(dir, "tmp"))
 	if err := s.load(); err != nil {
@@ -296,6 +301,9 @@ func (s *Store) load() error {
 		}
 	}
 	s.noteNames(recs)
+	if err := s.clearBaseStages(); err != nil {
+		return err
+	}
 	// A branch whose parent is gone was being aborted (aborts drop
 	// children first, but a crash may stop one anywhere).
 	for changed := true; changed; {

@@ -202,6 +202,9 @@ func (v *View) lookupTomb(parentLayers []int, rel, name string, merge bool) (*En
 	if name == "." || name == ".." || name == "" {
 		return nil, -1, unix.EINVAL
 	}
+	if isStageName(rel) {
+		return nil, -1, unix.ENOENT
+	}
 	var e *Entry
 	tomb := -1
 	for _, i := range parentLayers {
@@ -397,6 +400,9 @@ func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []
 	defer unix.Close(fd)
 	var firstErr error
 	err = getdents(fd, func(d *unix.Dirent, name string) {
+		if rel == "" && isStageName(name) {
+			return
+		}
 		if seen != nil {
 			if seen[name] {
 				return

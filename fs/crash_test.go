@@ -2,10 +2,15 @@ package fs_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/branchfs/branchfs/branch"
+	"golang.org/x/sys/unix"
 )
 
 // commitScenario gives branch b changes of every kind and a live sibling s
@@ -76,6 +81,61 @@ func wantStates(t *testing.T, m *mount, states map[string]string) {
 	}
 }
 
+// storeLayouts are where the crash and fault tests put base and store:
+// both on one mount; the store on a tmpfs apart from the base; the base a
+// bind mount (a mount root, as Docker's are) with the default store.
+var storeLayouts = []string{"same", "apart", "bind"}
+
+// newMountLayout is newMount with the base and store placed as layout says.
+func newMountLayout(t *testing.T, layout string, env ...string) *mount {
+	t.Helper()
+	if layout == "same" {
+		return newMount(t, "", env...)
+	}
+	dir := t.TempDir()
+	m := &mount{t: t, base: filepath.Join(dir, "base"), mnt: filepath.Join(dir, "mnt"), env: env}
+	must(t, os.MkdirAll(m.mnt, 0o755))
+	switch layout {
+	case "apart":
+		store, err := os.MkdirTemp("/dev/shm", "branchfs-store")
+		if err != nil {
+			t.Skipf("no /dev/shm: %v", err)
+		}
+		t.Cleanup(func() { os.RemoveAll(store) })
+		m.store = store
+		sampleTree(t, m.base)
+	case "bind":
+		src := filepath.Join(dir, "src")
+		sampleTree(t, src)
+		must(t, os.MkdirAll(m.base, 0o755))
+		if out, err := exec.Command("mount", "--bind", src, m.base).CombinedOutput(); err != nil {
+			t.Skipf("mount --bind: %v: %s", err, out)
+		}
+		t.Cleanup(func() { unix.Unmount(m.base, unix.MNT_DETACH) })
+	}
+	before, _ := filepath.Glob("/var/lib/branchfs/*")
+	m.start()
+	if m.store == "" {
+		// The default store: the directory the mount made, named after
+		// the mount point.
+		name := strings.Trim(strings.ReplaceAll(m.mnt, "/", "-"), "-")
+		name = name[max(0, len(name)-60):]
+		after, _ := filepath.Glob("/var/lib/branchfs/*")
+		for _, p := range after {
+			if !slices.Contains(before, p) && strings.HasPrefix(filepath.Base(p), name) {
+				m.store = p
+			}
+		}
+		if m.store == "" {
+			t.Fatalf("no default store made under /var/lib/branchfs")
+		}
+		store := m.store
+		t.Cleanup(func() { os.RemoveAll(store) })
+	}
+	t.Cleanup(m.cleanup)
+	return m
+}
+
 // commitPoints are the failpoints of commitScenario's commit, in order.
 func commitPoints() []string {
 	points := []string{"commit-planned", "commit-journaled"}
@@ -89,6 +149,15 @@ func commitPoints() []string {
 // step) during a commit, mounts again and checks that the base holds all
 // of the commit or none of it, and that no branch was lost.
 func TestCrashDuringCommit(t *testing.T) {
+	for _, layout := range storeLayouts {
+		t.Run(layout, func(t *testing.T) {
+			t.Parallel()
+			testCrashDuringCommit(t, layout)
+		})
+	}
+}
+
+func testCrashDuringCommit(t *testing.T, layout string) {
 	for _, point := range append(commitPoints(), "commit-undo", "commit-rolled-back", "commit-epoch") {
 		t.Run(point, func(t *testing.T) {
 			env := "BRANCHFS_FAILPOINT=" + point
@@ -96,7 +165,7 @@ func TestCrashDuringCommit(t *testing.T) {
 				// Kill it while it rolls back a step that failed.
 				env = "BRANCHFS_FAILPOINT=commit-step-3=enospc," + point
 			}
-			m := newMount(t, "", env)
+			m := newMountLayout(t, layout, env)
 			b := commitScenario(t, m)
 			if _, _, code := m.cli("commit", b); code == 0 {
 				t.Fatalf("commit succeeded; the failpoint did not fire")
@@ -115,6 +184,7 @@ func TestCrashDuringCommit(t *testing.T) {
 			}
 			if committed {
 				wantStates(t, m, map[string]string{"b": "gone", "s": "stale"})
+				wantNoStage(t, m)
 				return
 			}
 			// Nothing happened: both branches are live and whole.
@@ -122,6 +192,22 @@ func TestCrashDuringCommit(t *testing.T) {
 			wantContent(t, filepath.Join(m.view("s"), "sibling"), "s\n")
 			m.ok("commit", m.view("b"))
 			wantContent(t, filepath.Join(m.base, "newdir", "deep", "x"), "x\n")
+			wantNoStage(t, m)
 		})
+	}
+}
+
+// wantNoStage checks that no commit's stage is left in the base, and that
+// no view shows one.
+func wantNoStage(t *testing.T, m *mount) {
+	t.Helper()
+	for _, dir := range []string{m.base, m.mnt} {
+		names, err := os.ReadDir(dir)
+		must(t, err)
+		for _, e := range names {
+			if e.Name() == branch.StageName {
+				t.Errorf("%s in %s", branch.StageName, dir)
+			}
+		}
 	}
 }

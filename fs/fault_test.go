@@ -10,16 +10,17 @@ import (
 )
 
 // TestCommitFaults makes each step of a commit fail (ENOSPC or EPERM, in
-// turn) in the daemon: the commit reports failure, the base and the
+// turn, and each store layout in turn) in the daemon: the commit reports failure, the base and the
 // branches are as before, the next mount finds nothing to finish, and the
 // commit succeeds once the fault is gone. (branch/commit_test.go fails
 // every step with each.)
 func TestCommitFaults(t *testing.T) {
 	for i, point := range commitPoints() {
 		errno := []string{"enospc", "eperm"}[i%2]
-		t.Run(point+"="+errno, func(t *testing.T) {
+		layout := storeLayouts[i%len(storeLayouts)]
+		t.Run(point+"="+errno+"-"+layout, func(t *testing.T) {
 			t.Parallel()
-			m := newMount(t, "", "BRANCHFS_FAILPOINT="+point+"="+errno)
+			m := newMountLayout(t, layout, "BRANCHFS_FAILPOINT="+point+"="+errno)
 			b := commitScenario(t, m)
 			_, errOut, code := m.cli("commit", b)
 			if code == 0 {
@@ -37,6 +38,7 @@ func TestCommitFaults(t *testing.T) {
 			wantOutcome(t, m, false)
 			m.ok("commit", m.view("b"))
 			wantOutcome(t, m, true)
+			wantNoStage(t, m)
 		})
 	}
 }

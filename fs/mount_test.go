@@ -101,7 +101,10 @@ func (m *mount) start() {
 	}
 	// The sample files are tiny: pass them through, so that the tests
 	// reach the passthrough paths, unless a test sets its own size.
-	args := []string{"mount", "--base", m.base, "--store", m.store, "--passthrough", m.passthrough}
+	args := []string{"mount", "--base", m.base, "--passthrough", m.passthrough}
+	if m.store != "" { // else the default store
+		args = append(args, "--store", m.store)
+	}
 	if !slices.ContainsFunc(m.args, func(a string) bool { return strings.HasPrefix(a, "--passthrough-min-size") }) {
 		args = append(args, "--passthrough-min-size", "0")
 	}

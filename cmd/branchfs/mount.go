@@ -22,6 +22,7 @@ import (
 	"github.com/branchfs/branchfs/fs"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 )
 
 func mountCmd() *cobra.Command {
@@ -111,10 +112,13 @@ func lookupGroup(g string) (uint32, error) {
 	return uint32(n), err
 }
 
-// defaultStore gives every mount point a store of its own, on the base's
-// filesystem (commits are renames): under /var/lib/branchfs (root) or
-// $XDG_STATE_HOME/branchfs when that is where the base is, else in a
-// hidden directory beside the base.
+// defaultStore gives every mount point a store of its own: under
+// /var/lib/branchfs (root) or $XDG_STATE_HOME/branchfs when that is on the
+// base's mount, else in a hidden directory beside the base when that is,
+// else under the former all the same. A store on the base's mount commits
+// with renames alone; one elsewhere (the base a mount root of its own, as a
+// bind mount is, or the state directory on a tmpfs) copies what a commit
+// moves into the base first (see branch.StageName).
 func defaultStore(mnt, base string) (string, error) {
 	base, err := filepath.Abs(base)
 	if err != nil {
@@ -138,22 +142,25 @@ func defaultStore(mnt, base string) (string, error) {
 		name = name[len(name)-60:]
 	}
 	name += "-" + hex.EncodeToString(sum[:4])
-	if sameFilesystem(dir, base) {
+	if sameMount(dir, base) {
 		return filepath.Join(dir, name), nil
 	}
-	return filepath.Join(filepath.Dir(base), ".branchfs-"+filepath.Base(base)+"-"+name), nil
+	if beside := filepath.Dir(base); sameMount(beside, base) && unix.Access(beside, unix.W_OK) == nil {
+		return filepath.Join(beside, ".branchfs-"+filepath.Base(base)+"-"+name), nil
+	}
+	return filepath.Join(dir, name), nil
 }
 
-// sameFilesystem reports whether dir (or its nearest existing parent) is on
-// the filesystem that holds base.
-func sameFilesystem(dir, base string) bool {
-	var bst, dst syscall.Stat_t
-	if syscall.Stat(base, &bst) != nil {
+// sameMount reports whether dir (or its nearest existing parent) is on the
+// mount that holds base, where renames between the two work.
+func sameMount(dir, base string) bool {
+	bm, err := branch.MountID(base)
+	if err != nil {
 		return true // mount reports the bad base
 	}
 	for d := dir; ; d = filepath.Dir(d) {
-		if syscall.Stat(d, &dst) == nil {
-			return dst.Dev == bst.Dev
+		if dm, err := branch.MountID(d); err == nil {
+			return dm == bm
 		}
 		if d == "/" {
 			return false
