@@ -146,6 +146,19 @@ func (m *mount) waitDead() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// The kernel closes a dying process's files one by one: the store's
+	// lock may outlive its FUSE connection for a moment.
+	f, err := os.Open(filepath.Join(m.store, "lock"))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	for unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		if time.Now().After(deadline) {
+			m.t.Fatalf("daemon did not die: the store is still locked")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // cli runs the branchfs command and returns stdout, stderr and exit status.
