@@ -90,6 +90,7 @@ type CommitResult struct {
 func (s *Store) Commit(name string) (*CommitResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var settled *CommitResult
 	if c := s.unfinished.Load(); c != nil {
 		res, err := s.settleLocked()
 		if err != nil {
@@ -98,6 +99,7 @@ func (s *Store) Commit(name string) (*CommitResult, error) {
 		if res != nil && c.j.Name == name {
 			return res, nil // this commit, retried: it has happened now
 		}
+		settled = res
 	}
 	b, err := s.lookupBranch(name)
 	if err != nil {
@@ -149,7 +151,14 @@ func (s *Store) Commit(name string) (*CommitResult, error) {
 		// The record may be on the disk even when its append failed.
 		return nil, &BranchError{"commit", name, s.rollbackLocked(c, at, err)}
 	}
-	return s.completeLocked(c), nil
+	res := s.completeLocked(c)
+	if settled != nil && settled.Parent == res.Parent {
+		// The kernel's caches must hear of both.
+		res.Paths = append(res.Paths, settled.Paths...)
+		res.Stale = append(res.Stale, settled.Stale...)
+		res.Dropped = append(res.Dropped, settled.Dropped...)
+	}
+	return res, nil
 }
 
 // prepare does what a commit can do before its journal is written, so that
@@ -239,7 +248,10 @@ func (s *Store) rollbackLocked(c *commitRun, at int64, cause error) error {
 		err = failpoint("commit-rolled-back")
 	}
 	if err == nil {
-		err = s.log.erase(at)
+		if err = s.log.erase(at); err != nil {
+			// Records came after the journal (a rollback retried later).
+			_, err = s.log.append(&logRecord{Op: logUndone, Name: c.j.Name}, false)
+		}
 	}
 	if err != nil {
 		c.at = at

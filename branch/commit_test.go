@@ -417,3 +417,51 @@ func TestCommitImmutableTarget(t *testing.T) {
 		})
 	}
 }
+
+// A commit whose rollback failed, rolled back later when other records
+// followed its journal: the log keeps those records and says the commit
+// did not happen.
+func TestCommitRolledBackLater(t *testing.T) {
+	s, base := newBigStore(t)
+	b, _ := s.Create("b", MainName)
+	if _, err := s.Create("s", MainName); err != nil {
+		t.Fatal(err)
+	}
+	changeMuch(t, b)
+	before := treeOf(t, base)
+	undoFails := true
+	setFailHook(t, func(step string) error {
+		switch {
+		case step == "commit-step-3":
+			return unix.ENOSPC
+		case step == "commit-undo" && undoFails:
+			return unix.EIO
+		}
+		return nil
+	})
+	if _, err := s.Commit("b"); !errors.Is(err, ErrUnfinished) {
+		t.Fatalf("commit: %v, want ErrUnfinished", err)
+	}
+	if _, err := s.Create("later", "s"); err != nil {
+		t.Fatal(err)
+	}
+	undoFails = false
+	if _, err := s.Commit("b"); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("commit retried: %v, want ENOSPC", err)
+	}
+	if d := diffTrees(before, treeOf(t, base)); d != "" {
+		t.Errorf("base after the rollback: %s", d)
+	}
+	failHook = nil
+	s = reopen(t, s)
+	if d := diffTrees(before, treeOf(t, base)); d != "" {
+		t.Errorf("base after the next mount: %s", d)
+	}
+	states := map[string]string{}
+	for _, in := range s.List(false) {
+		states[in.Name] = in.State
+	}
+	if states["b"] != "live" || states["later"] != "live" {
+		t.Errorf("after the next mount: %v, want b and later live", states)
+	}
+}

@@ -3,6 +3,7 @@ package branch
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"os"
@@ -29,6 +30,9 @@ const (
 	logAbort  logOp = "abort"
 	logCommit logOp = "commit" // the journal: the commit completes, or rolls back whole
 	logDone   logOp = "done"   // every step of the commit has happened
+	// logUndone: the commit was rolled back, when records came after its
+	// journal, which therefore could not be erased.
+	logUndone logOp = "undone"
 )
 
 type logRecord struct {
@@ -104,6 +108,7 @@ type stateLog struct {
 	f    *os.File
 	off  int64 // where the next record goes
 	size int64 // allocated length of the file
+	last int64 // where the last record appended starts; -1 if none
 }
 
 func openStateLog(path string, off int64) (*stateLog, error) {
@@ -116,7 +121,7 @@ func openStateLog(path string, off int64) (*stateLog, error) {
 		f.Close()
 		return nil, err
 	}
-	return &stateLog{f: f, off: off, size: fi.Size()}, nil
+	return &stateLog{f: f, off: off, size: fi.Size(), last: -1}, nil
 }
 
 // append writes one record; durable ones reach the disk before it returns.
@@ -130,6 +135,7 @@ func (l *stateLog) append(r *logRecord, durable bool) (int64, error) {
 	if err := l.reserve(int64(len(line))); err != nil {
 		return at, err
 	}
+	l.last = at
 	if _, err := l.f.WriteAt(line, at); err != nil {
 		return at, err
 	}
@@ -161,9 +167,10 @@ func (l *stateLog) reserve(n int64) error {
 // erase unwrites the last record, which starts at at: zeros read as the
 // log's end, so the record was never written. A commit that rolled back
 // erases its journal. Zeros torn half-way still break the record's checksum.
+// It fails if another record came after.
 func (l *stateLog) erase(at int64) error {
-	if at > l.off {
-		return nil
+	if at != l.last {
+		return errors.New("not the last record")
 	}
 	if _, err := l.f.WriteAt(make([]byte, l.off-at), at); err != nil {
 		return err

@@ -267,6 +267,8 @@ func (s *Store) load() error {
 			delete(s.branches, r.Name)
 		case logCommit:
 			pending = r
+		case logUndone:
+			pending = nil
 		case logDone:
 			if pending != nil {
 				s.committed(pending)
