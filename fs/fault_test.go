@@ -138,3 +138,35 @@ func TestCommitDiskFull(t *testing.T) {
 		t.Errorf("retried commit left %d of %d files new", nw, n)
 	}
 }
+
+// TestCommitImmutableBase: an immutable file in the base (chattr +i), the
+// third of five that a branch rewrites, stops the commit before anything
+// moves; the commit says so and succeeds once the flag is gone.
+func TestCommitImmutableBase(t *testing.T) {
+	m := newMount(t, "")
+	for i := 1; i <= 5; i++ {
+		writeFile(t, filepath.Join(m.base, "f"+strconv.Itoa(i)), "old\n")
+	}
+	b := m.create("b")
+	for i := 1; i <= 5; i++ {
+		writeFile(t, filepath.Join(b, "f"+strconv.Itoa(i)), "new\n")
+	}
+	locked := filepath.Join(m.base, "f3")
+	if out, err := exec.Command("chattr", "+i", locked).CombinedOutput(); err != nil {
+		t.Skipf("chattr +i: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", locked).Run() })
+	_, errOut, code := m.cli("commit", b)
+	if code == 0 || !strings.Contains(errOut, "operation not permitted") || !strings.Contains(errOut, "nothing was committed") {
+		t.Errorf("commit with an immutable base file: exit %d: %s", code, errOut)
+	}
+	for i := 1; i <= 5; i++ {
+		wantContent(t, filepath.Join(m.base, "f"+strconv.Itoa(i)), "old\n")
+	}
+	wantStates(t, m, map[string]string{"b": "live"})
+	must(t, exec.Command("chattr", "-i", locked).Run())
+	m.ok("commit", b)
+	for i := 1; i <= 5; i++ {
+		wantContent(t, filepath.Join(m.base, "f"+strconv.Itoa(i)), "new\n")
+	}
+}
