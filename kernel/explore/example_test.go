@@ -21,10 +21,7 @@ func exampleMount() (mnt string, unmount func()) {
 	if out, err := exec.Command(explore.BuiltBinary(), "mount", "--base", base, "--store", filepath.Join(dir, "store"), mnt).CombinedOutput(); err != nil {
 		panic(fmt.Sprint(err, string(out)))
 	}
-	return mnt, func() {
-		exec.Command(explore.BuiltBinary(), "unmount", mnt).Run()
-		os.RemoveAll(dir)
-	}
+	return mnt, func() { explore.UnmountLater(mnt, dir) }
 }
 
 // Run a command in a new branch: it writes at the mount point's own path,

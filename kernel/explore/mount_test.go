@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,11 @@ import (
 // commands in branches; they need root and /dev/fuse.
 
 var binary string // branchfs, built for the tests
+
+var (
+	unmounts      sync.WaitGroup
+	unmountFailed atomic.Bool
+)
 
 func TestMain(m *testing.M) {
 	if os.Getenv("BRANCHFS_TEST_USERNS") != "" {
@@ -42,6 +49,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	unmounts.Wait()
+	if unmountFailed.Load() {
+		code = 1
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -55,7 +66,8 @@ type testMount struct {
 // mountT mounts a fresh base holding "file" (base) and "dir/a".
 func mountT(t testing.TB) *testMount {
 	t.Helper()
-	dir := t.TempDir()
+	dir, err := os.MkdirTemp("", "explore-test")
+	must(t, err)
 	tm := &testMount{base: filepath.Join(dir, "base"), mnt: filepath.Join(dir, "mnt"), store: filepath.Join(dir, "store")}
 	must(t, os.MkdirAll(filepath.Join(tm.base, "dir"), 0o755))
 	must(t, os.MkdirAll(tm.mnt, 0o755))
@@ -65,16 +77,27 @@ func mountT(t testing.TB) *testMount {
 	if err != nil {
 		t.Fatalf("mount: %v: %s", err, out)
 	}
-	t.Cleanup(func() {
-		if out, err := exec.Command(binary, "unmount", tm.mnt).CombinedOutput(); err != nil {
-			t.Errorf("unmount: %v: %s", err, out)
-			unix.Unmount(tm.mnt, unix.MNT_DETACH)
-		}
-	})
+	t.Cleanup(func() { unmountLater(tm.mnt, dir) })
 	m, err := Open(tm.mnt)
 	must(t, err)
 	tm.Mount = m
 	return tm
+}
+
+// unmountLater unmounts mnt and removes dir on a goroutine: unmounting
+// waits a second or two for the daemon to exit, which the next tests need
+// not wait for. TestMain waits for them all.
+func unmountLater(mnt, dir string) {
+	unmounts.Add(1)
+	go func() {
+		defer unmounts.Done()
+		if out, err := exec.Command(binary, "unmount", mnt).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "unmount %s: %v: %s\n", mnt, err, out)
+			unmountFailed.Store(true)
+			unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+		os.RemoveAll(dir)
+	}()
 }
 
 func must(t testing.TB, err error) {
