@@ -19,7 +19,8 @@ const fuseSuperMagic = 0x65735546
 
 // Mount is a branchfs mount point, seen from its main view.
 type Mount struct {
-	dir string // absolute path of the mount point
+	dir  string // absolute path of the mount point
+	base string // the directory it shows, as the daemon was given it
 }
 
 // Open checks that dir is the mount point of a branchfs mount (its main
@@ -37,6 +38,7 @@ func Open(dir string) (*Mount, error) {
 	// A branch's view has a control file too, but no @NAME entries.
 	var st struct {
 		View string `json:"view"`
+		Base string `json:"base"`
 	}
 	if err := json.Unmarshal(data, &st); err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
@@ -44,11 +46,15 @@ func Open(dir string) (*Mount, error) {
 	if st.View != branch.MainName {
 		return nil, fmt.Errorf("%s is the view of branch %s; give the mount point", dir, st.View)
 	}
+	m.base = st.Base
 	return m, nil
 }
 
 // Dir is the mount point.
 func (m *Mount) Dir() string { return m.dir }
+
+// Base is the directory the mount shows.
+func (m *Mount) Base() string { return m.base }
 
 // View is the path of a branch's view: the mount point for main, else
 // MNT/@NAME.

@@ -59,7 +59,7 @@ type Spec struct {
 	Parent string // parent of the created branch; "": main
 	Name   string // name of the created branch; "": generated
 
-	Binds   []string      // more paths to show the branch at (where tools see the workspace)
+	Binds   []string      // more paths to show the branch at, besides the mount point and the base directory
 	Timeout time.Duration // end the run after this long; 0: no limit
 
 	// What to do with the branch when the command exits 0 (default
@@ -252,8 +252,14 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 	}
 	env = append(env[:len(env):len(env)],
 		EnvBranch+"="+p.name, EnvIndex+"="+strconv.Itoa(p.spec.Index), EnvView+"="+p.m.dir)
+	// The base directory shows the branch too: a tool that has the
+	// project's own path baked in must not write past the branch.
+	targets := []string{p.m.dir}
+	if fi, err := os.Stat(p.m.base); filepath.IsAbs(p.m.base) && p.m.base != p.m.dir && err == nil && fi.IsDir() {
+		targets = []string{p.m.base, p.m.dir}
+	}
 	cfg := initConfig{
-		View: p.m.View(p.name), Targets: append([]string{p.m.dir}, binds...),
+		View: p.m.View(p.name), Targets: append(targets, binds...),
 		Dir: p.rebase(dir), Args: p.spec.Args, Env: env, Score: p.spec.Score,
 	}
 	attr := &syscall.SysProcAttr{

@@ -16,15 +16,16 @@ import (
 )
 
 // A command that writes at the workspace's usual path (the mount point,
-// a --bind path, or relative to a working directory inside the mount)
-// writes into its branch, not the base.
+// the base directory, a --bind path, or relative to a working directory
+// inside the mount) writes into its branch, not the base.
 func TestRunWritesAtUsualPath(t *testing.T) {
 	tm := mountT(t)
+	extra := t.TempDir() // where some tool sees the workspace
 	var out bytes.Buffer
 	res, err := tm.Run(context.Background(), Spec{
-		Args:      sh(`echo new > ` + tm.mnt + `/file; echo b > ` + tm.base + `/dir/b; echo rel > c; pwd; echo $BRANCHFS_BRANCH $BRANCHFS_INDEX $BRANCHFS_VIEW`),
+		Args:      sh(`echo new > ` + tm.mnt + `/file; echo b > ` + tm.base + `/dir/b; echo e > ` + extra + `/e; echo rel > c; pwd; echo $BRANCHFS_BRANCH $BRANCHFS_INDEX $BRANCHFS_VIEW`),
 		Dir:       filepath.Join(tm.mnt, "dir"),
-		Binds:     []string{tm.base},
+		Binds:     []string{extra},
 		Stdout:    &out,
 		OnSuccess: Keep,
 	})
@@ -36,7 +37,7 @@ func TestRunWritesAtUsualPath(t *testing.T) {
 	if got, want := out.String(), filepath.Join(tm.mnt, "dir")+"\n"+res.Branch+" 0 "+tm.mnt+"\n"; got != want {
 		t.Errorf("output %q, want %q", got, want)
 	}
-	for p, want := range map[string]string{"file": "new\n", "dir/b": "b\n", "dir/c": "rel\n"} {
+	for p, want := range map[string]string{"file": "new\n", "dir/b": "b\n", "dir/c": "rel\n", "e": "e\n"} {
 		if got := readFile(t, filepath.Join(view, p)); got != want {
 			t.Errorf("branch %s = %q, want %q", p, got, want)
 		}
@@ -44,9 +45,9 @@ func TestRunWritesAtUsualPath(t *testing.T) {
 	if got := readFile(t, filepath.Join(tm.base, "file")); got != "base\n" {
 		t.Errorf("base file = %q: the run wrote to the base", got)
 	}
-	for _, p := range []string{"dir/b", "dir/c"} {
-		if _, err := os.Stat(filepath.Join(tm.base, p)); err == nil {
-			t.Errorf("base has %s: the run wrote to the base", p)
+	for _, p := range []string{filepath.Join(tm.base, "dir/b"), filepath.Join(tm.base, "dir/c"), filepath.Join(extra, "e")} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s exists: the run wrote past its branch", p)
 		}
 	}
 	if res.DeltaFiles == 0 || res.DeltaBytes == 0 {
