@@ -98,6 +98,11 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 	if opts.Passthrough == "" {
 		opts.Passthrough = PassthroughAuto
 	}
+	if os.Geteuid() != 0 {
+		// The kernel takes backing files only from a daemon with
+		// CAP_SYS_ADMIN.
+		opts.Passthrough = PassthroughOff
+	}
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
@@ -113,7 +118,7 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 	ino, gen := store.Main().Identity(root)
 	t := opts.Timeout
 	mo := fuse.MountOptions{
-		AllowOther: os.Geteuid() == 0,
+		AllowOther: allowOther(),
 		FsName:     store.Base(),
 		Name:       "branchfs",
 		// The kernel checks permissions against the attributes and POSIX
@@ -165,14 +170,7 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 // Unmount unmounts the file system, retrying while the kernel still
 // counts it busy, and waits for the request loop to end.
 func (f *FS) Unmount() error {
-	var err error
-	for try, delay := 0, 5*time.Millisecond; try < 5; try, delay = try+1, 2*delay {
-		if err = syscall.Unmount(f.mnt, 0); err != syscall.EBUSY {
-			break
-		}
-		time.Sleep(delay)
-	}
-	if err != nil {
+	if err := Unmount(f.mnt, false); err != nil {
 		return err
 	}
 	f.Wait()

@@ -5,7 +5,6 @@ import (
 	"log"
 	"os"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -81,32 +80,6 @@ const (
 	opCopyFileRange = 47
 )
 
-// mountDevice opens /dev/fuse and mounts it at mnt as go-fuse's direct
-// mount would, returning the device's descriptor.
-func mountDevice(mnt string, mo *fuse.MountOptions) (int, error) {
-	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, err
-	}
-	data := []string{
-		fmt.Sprintf("fd=%d", fd),
-		"rootmode=40000",
-		fmt.Sprintf("user_id=%d", os.Geteuid()),
-		fmt.Sprintf("group_id=%d", os.Getegid()),
-		fmt.Sprintf("max_read=%d", mo.MaxWrite),
-	}
-	data = append(data, mo.Options...)
-	if mo.AllowOther {
-		data = append(data, "allow_other")
-	}
-	err = unix.Mount(mo.FsName, mnt, "fuse."+mo.Name, unix.MS_NOSUID|unix.MS_NODEV, strings.Join(data, ","))
-	if err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	return fd, nil
-}
-
 // newRequestLoop mounts raw at mnt; serve then answers its requests.
 func newRequestLoop(raw fuse.RawFileSystem, mnt string, mo fuse.MountOptions) (*requestLoop, error) {
 	fd, err := mountDevice(mnt, &mo)
@@ -119,7 +92,7 @@ func newRequestLoop(raw fuse.RawFileSystem, mnt string, mo fuse.MountOptions) (*
 	mo.DirectMount = false // the /dev/fd/N mount point is not to be mounted
 	srv, err := fuse.NewServer(raw, fmt.Sprintf("/dev/fd/%d", fd), &mo)
 	if err != nil {
-		unix.Unmount(mnt, unix.MNT_DETACH)
+		Unmount(mnt, true)
 		return nil, err
 	}
 	l := &requestLoop{fd: fd, ps: fuse.NewProtocolServer(raw, &mo), raw: raw, done: make(chan struct{}),
@@ -130,7 +103,7 @@ func newRequestLoop(raw fuse.RawFileSystem, mnt string, mo fuse.MountOptions) (*
 	init := srv.KernelSettings()
 	b := l.getBuf()
 	if _, st := l.ps.HandleRequest([][]byte{unsafe.Slice((*byte)(unsafe.Pointer(init)), unsafe.Sizeof(*init))}, [][]byte{b.out}); !st.Ok() {
-		unix.Unmount(mnt, unix.MNT_DETACH)
+		Unmount(mnt, true)
 		return nil, fmt.Errorf("init: %v", st)
 	}
 	l.putBuf(b)

@@ -67,7 +67,7 @@ func mountCmd() *cobra.Command {
 			// A daemon that was killed leaves its mount behind, answering
 			// ENOTCONN; mounting again over it is what a restart means.
 			if deadMount(mnt) {
-				if err := syscall.Unmount(mnt, syscall.MNT_DETACH); err != nil {
+				if err := fs.Unmount(mnt, true); err != nil {
 					return fmt.Errorf("mount %s: clearing the dead mount: %w", mnt, err)
 				}
 			}
@@ -370,18 +370,8 @@ func aliasStorage(c *cobra.Command) {
 }
 
 func unmount(mnt string) error {
-	flags := 0
-	if deadMount(mnt) {
-		flags = syscall.MNT_DETACH // the daemon is gone; nothing to flush
-	}
-	err := syscall.Unmount(mnt, flags)
-	if errors.Is(err, syscall.EPERM) {
-		if out, ferr := exec.Command("fusermount3", "-u", mnt).CombinedOutput(); ferr != nil {
-			return fmt.Errorf("%v: %s", ferr, strings.TrimSpace(string(out)))
-		}
-		return nil
-	}
-	return err
+	// A dead daemon's mount has nothing to flush: detach it.
+	return fs.Unmount(mnt, deadMount(mnt))
 }
 
 // deadMount reports a FUSE mount whose daemon is gone. statfs always asks
