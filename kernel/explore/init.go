@@ -23,8 +23,8 @@ import (
 const envInit = "BRANCHFS_RUN_INIT"
 
 func init() {
-	if cfg, ok := os.LookupEnv(envInit); ok {
-		runInit(cfg)
+	if _, ok := os.LookupEnv(envInit); ok {
+		runInit()
 	}
 	if owner, ok := os.LookupEnv(envJanitor); ok {
 		runJanitor(owner)
@@ -42,28 +42,32 @@ type initConfig struct {
 	UserNS  bool     `json:"userns"`
 }
 
-// initStatus is the helper's report, one JSON object on fd 3.
+// initStatus is the helper's report, one JSON object on statusFd.
 type initStatus struct {
 	Exit   int    `json:"exit"`
 	Signal int    `json:"signal,omitempty"`
 	Error  string `json:"error,omitempty"`
 }
 
+// The helper's descriptors. The configuration comes in a file rather
+// than the environment, where one string may hold only 128 KiB.
 const (
-	statusFd = 3
-	scoreFd  = 4
+	statusFd = 3 // initStatus, written
+	scoreFd  = 4 // passed on to the command as its fd 3
+	configFd = 5 // initConfig, read
 )
 
-func runInit(raw string) {
+func runInit() {
 	status := os.NewFile(statusFd, "status")
-	syscall.CloseOnExec(statusFd)
-	syscall.CloseOnExec(scoreFd)
+	for _, fd := range []int{statusFd, scoreFd, configFd} {
+		syscall.CloseOnExec(fd)
+	}
 	fail := func(format string, a ...any) {
 		json.NewEncoder(status).Encode(initStatus{Exit: 127, Error: fmt.Sprintf(format, a...)})
 		os.Exit(127)
 	}
 	var cfg initConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+	if err := json.NewDecoder(os.NewFile(configFd, "config")).Decode(&cfg); err != nil {
 		fail("helper: bad configuration: %v", err)
 	}
 	os.Unsetenv(envInit)

@@ -360,7 +360,8 @@ func (m *Mount) Reflexion(ctx context.Context, cmd []string, retries int, critiq
 // Cascaded runs waves of cmd, fanOut[w] at once in wave w, each wave as
 // Speculate (the first success commits and ends the pattern). A failed
 // candidate's output joins the feedback that every later candidate finds
-// in BRANCHFS_FEEDBACK, separated by lines of "---". waveTimeout bounds
+// in BRANCHFS_FEEDBACK, separated by lines of "---" (the last 64 KiB of
+// it). waveTimeout bounds
 // each wave, o.Timeout all of them.
 func (m *Mount) Cascaded(ctx context.Context, cmd []string, fanOut []int, waveTimeout time.Duration, o Options) (*Outcome, error) {
 	if err := checkCommands("cascaded", [][]string{cmd}); err != nil {
@@ -395,7 +396,11 @@ func (m *Mount) Cascaded(ctx context.Context, cmd []string, fanOut []int, waveTi
 		}
 		wo := o
 		wo.Timeout = waveTimeout
-		wo.Env = append(o.environ(), EnvFeedback+"="+strings.Join(feedback, "\n---\n"))
+		// One environment string may hold 128 KiB (MAX_ARG_STRLEN): keep
+		// the latest 64 KiB of feedback.
+		fb := strings.Join(feedback, "\n---\n")
+		fb = fb[max(0, len(fb)-tailMax):]
+		wo.Env = append(o.environ(), EnvFeedback+"="+fb)
 		var mu sync.Mutex
 		w, err := m.race(ctx, "cascaded", cands, wo, base, func(s string) {
 			if s = strings.TrimSpace(s); s != "" {

@@ -132,6 +132,12 @@ func TestCascadedWidens(t *testing.T) {
 	if got := readFile(t, filepath.Join(tm.mnt, "seen")); got != "3\n" {
 		t.Errorf("feedback held %q failures, want 3", got)
 	}
+	// Long output: the feedback is cut to what the environment can hold.
+	out, err = tm.Cascaded(context.Background(), Shell(`head -c 100000 /dev/zero | tr '\0' x; [ -n "$BRANCHFS_FEEDBACK" ] && [ $BRANCHFS_INDEX = 2 ]`), []int{1, 1, 1}, 0, Options{})
+	must(t, err)
+	if !out.Committed || *out.Winner != 2 {
+		t.Errorf("long feedback: winner %v: %+v", out.Winner, out.Results[2])
+	}
 	tm.noneLeft(t, token(t))
 }
 

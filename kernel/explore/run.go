@@ -283,16 +283,17 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 		attr.UseCgroupFD = true
 		attr.CgroupFD = int(p.cg.fd.Fd())
 	}
-	raw, err := json.Marshal(cfg)
+	cfgFile, err := configFile(&cfg)
 	if err != nil {
 		return err
 	}
+	defer cfgFile.Close()
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		return err
 	}
 	defer statusW.Close()
-	extra := []*os.File{statusW}
+	extra := []*os.File{statusW, nil, cfgFile}
 	var scoreW *os.File
 	if p.spec.Score {
 		var scoreR *os.File
@@ -301,13 +302,13 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 			return err
 		}
 		defer scoreW.Close()
-		extra = append(extra, scoreW)
+		extra[scoreFd-statusFd] = scoreW
 		p.score = make(chan *float64, 1)
 		go readScore(scoreR, p.score)
 	}
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{"branchfs-init", p.name}
-	cmd.Env = []string{envInit + "=" + string(raw)}
+	cmd.Env = []string{envInit + "=1"}
 	cmd.Dir = "/"
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.spec.Stdin, p.spec.Stdout, p.spec.Stderr
 	cmd.ExtraFiles = extra
@@ -329,6 +330,28 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 	}
 	p.cmd, p.status = cmd, statusR
 	return nil
+}
+
+// configFile holds the helper's configuration, read from the start.
+func configFile(cfg *initConfig) (*os.File, error) {
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.MemfdCreate("branchfs-run", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "config")
+	if _, err := f.Write(raw); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // readScore reads what a command wrote to fd 3: a number, or nothing.
