@@ -577,15 +577,17 @@ func (v *View) Chown(rel string, uid, gid int) error {
 	})
 }
 
-// Truncate sets the size of regular file rel.
+// Truncate sets the size of regular file rel. It is truncate(2), not
+// ftruncate(2): the kernel leaves it to the filesystem whether a truncate
+// by name changes the times (ext4 does, ramfs does not).
 func (v *View) Truncate(rel string, size int64) error {
 	return v.topEntry(rel, size > 0, func(pfd int, name string) error {
-		fd, err := unix.Openat(pfd, name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		fd, err := unix.Openat(pfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return err
 		}
 		defer unix.Close(fd)
-		return unix.Ftruncate(fd, size)
+		return unix.Truncate(procPath(fd), size)
 	})
 }
 

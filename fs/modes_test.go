@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -91,9 +92,10 @@ func TestModeZero(t *testing.T) {
 	}
 }
 
-// TestBaseWithoutACLs: a base on a filesystem without xattrs or POSIX ACLs
-// (ramfs) serves every user as that filesystem does.
-func TestBaseWithoutACLs(t *testing.T) {
+// TestRamfsBase: a base on a filesystem without xattrs or POSIX ACLs, and
+// with its own rules for times (ramfs), serves every user as that
+// filesystem does.
+func TestRamfsBase(t *testing.T) {
 	dir := t.TempDir()
 	must(t, os.Chmod(dir, 0o755))
 	must(t, os.Chmod(filepath.Dir(dir), 0o755))
@@ -135,6 +137,33 @@ func TestBaseWithoutACLs(t *testing.T) {
 			if _, err := unix.Getxattr(filepath.Join(v, "file"), "system.posix_acl_access", nil); err != unix.ENODATA {
 				t.Errorf("getxattr of the ACL: %v, want ENODATA (none)", err)
 			}
+			// truncate(2) leaves the times to the filesystem: ramfs keeps
+			// them; also while the file is open (the daemon then uses the
+			// open descriptor).
+			for _, open := range []bool{false, true} {
+				native := truncateChangesCtime(t, filepath.Join(dir, "native-"+view.name), open)
+				inView := truncateChangesCtime(t, filepath.Join(v, "truncated"), open)
+				if native != inView {
+					t.Errorf("truncate(2), file open %v, changed the ctime: natively %v, in the view %v", open, native, inView)
+				}
+			}
 		})
 	}
+}
+
+// truncateChangesCtime makes file p and reports whether truncate(2) of it
+// changes its ctime, with p open for writing meanwhile if open.
+func truncateChangesCtime(t *testing.T, p string, open bool) bool {
+	writeFile(t, p, "")
+	if open {
+		f, err := os.OpenFile(p, os.O_WRONLY, 0)
+		must(t, err)
+		defer f.Close()
+	}
+	var before, after unix.Stat_t
+	must(t, unix.Stat(p, &before))
+	time.Sleep(10 * time.Millisecond) // apart on a nanosecond clock
+	must(t, unix.Truncate(p, 123))
+	must(t, unix.Stat(p, &after))
+	return before.Ctim != after.Ctim
 }

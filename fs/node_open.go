@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -180,7 +181,11 @@ func (n *Node) setattrFd(ctx context.Context, h *fileHandle, in *fuse.SetAttrIn,
 	if err := n.view.CheckWritable(); err != nil {
 		return toErrno(err)
 	}
-	if err := applySetattr(in, fdAttrs(h.fd)); err != nil {
+	var c attrChanger = fdAttrs(h.fd)
+	if _, ok := in.GetFh(); !ok {
+		c = fdByName(h.fd)
+	}
+	if err := applySetattr(in, c); err != nil {
 		return toErrno(err)
 	}
 	errno := h.Getattr(ctx, out)
@@ -262,6 +267,18 @@ func (p pathAttrs) utimens(a, m unix.Timespec) error { return p.v.Utimens(p.rel,
 
 // fdAttrs changes the file open on a descriptor.
 type fdAttrs int
+
+// fdByName changes the file open on a descriptor for a request by name:
+// truncate(2), unlike ftruncate(2), leaves it to the filesystem whether
+// the times change (ext4 changes them, ramfs does not).
+type fdByName int
+
+func (fd fdByName) truncate(size int64) error {
+	return unix.Truncate("/proc/self/fd/"+strconv.Itoa(int(fd)), size)
+}
+func (fd fdByName) chmod(mode uint32) error          { return fdAttrs(fd).chmod(mode) }
+func (fd fdByName) chown(uid, gid int) error         { return fdAttrs(fd).chown(uid, gid) }
+func (fd fdByName) utimens(a, m unix.Timespec) error { return fdAttrs(fd).utimens(a, m) }
 
 func (fd fdAttrs) truncate(size int64) error { return unix.Ftruncate(int(fd), size) }
 func (fd fdAttrs) chmod(mode uint32) error   { return unix.Fchmod(int(fd), mode&07777) }
