@@ -41,6 +41,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	os.Chmod(dir, 0o755) // TestUnprivilegedRun runs it as nobody
 	binary = filepath.Join(dir, "branchfs")
 	cmd := exec.Command("go", "build", "-o", binary, "../../cmd/branchfs")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr

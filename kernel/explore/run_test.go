@@ -305,3 +305,40 @@ func TestUserNamespace(t *testing.T) {
 		t.Errorf("output %q, want %q; %+v", out.String(), want, res)
 	}
 }
+
+// An ordinary user mounts (through fusermount3) and runs: the processes
+// are held by a PID namespace in a user namespace, since the cgroup
+// hierarchy is root's, and the output says so; nothing is left.
+func TestUnprivilegedRun(t *testing.T) {
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		t.Skip("no fusermount3")
+	}
+	if out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "--user", "true").CombinedOutput(); err != nil {
+		t.Skipf("this kernel gives an ordinary user no user namespace: %v: %s", err, out)
+	}
+	dir := t.TempDir()
+	must(t, os.Chmod(dir, 0o755))
+	must(t, os.Chmod(filepath.Dir(dir), 0o755))
+	must(t, os.Chown(dir, 65534, 65534))
+	tok := token(t)
+	script := `set -e; mkdir -p base mnt xdg; echo base > base/f
+` + binary + ` mount --base base mnt
+` + binary + ` run --json mnt -- sh -c '` + strings.ReplaceAll(daemon(tok, dir+"/ready"), "'", `'"'"'`) + `; echo x > ` + dir + `/base/f' > out || true
+cat base/f
+` + binary + ` unmount mnt`
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_RUNTIME_DIR="+dir+"/xdg")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var res Result
+	must(t, json.Unmarshal([]byte(readFile(t, dir+"/out")), &res))
+	if !res.Committed || res.Containment != ContainPIDNS || !strings.Contains(string(out), "processes held by a pid namespace only") || !strings.HasSuffix(string(out), "x\n") {
+		t.Errorf("record %+v; output %s", res, out)
+	}
+	if p := withToken(tok); len(p) > 0 {
+		t.Errorf("processes left: %q", p)
+	}
+}
