@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -19,8 +18,8 @@ import (
 // or nothing, on a crash and on an error alike:
 //
 //   - Before anything moves, it plans every step, checks what can be known
-//     to stop one (preflight.go), makes its stage directory and reserves
-//     the state log's space for its records.
+//     to stop one (preflight.go) and reserves the state log's space for
+//     its records.
 //   - The plan (the journal) is appended to the state log, flushed to the
 //     disk first with Store.Durable.
 //   - Each step is a rename. What a step replaces or removes in the target
@@ -31,12 +30,14 @@ import (
 //     rollback fails too, the branch and the target stay read-only
 //     (ErrUnfinished) until a later commit finishes or rolls it back.
 //   - Once every step has happened the commit has happened, whatever
-//     follows: a "done" record, and the stage goes to the trash.
+//     follows: a "done" record, and what the stage holds goes to the
+//     trash. A "done" that cannot be written leaves the target read-only
+//     until it is (see owedDone), so that nothing written there can meet
+//     the commit again at the next mount.
 //
 // A mount that finds a journal without "done" finishes the commit, or, if a
 // step fails again, rolls it back; if neither works the mount fails and says
-// why, so that nothing can write the target in between. A journal whose
-// stage is gone had finished (the stage goes only after the last step).
+// why, so that nothing can write the target in between.
 // Moves are renames within one filesystem, so their cost does not depend
 // on file size.
 
@@ -90,6 +91,7 @@ type CommitResult struct {
 func (s *Store) Commit(name string) (*CommitResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.payDoneLocked()
 	var settled *CommitResult
 	if c := s.unfinished.Load(); c != nil {
 		res, err := s.settleLocked()
@@ -137,7 +139,7 @@ func (s *Store) Commit(name string) (*CommitResult, error) {
 		}
 	}
 	if err := s.prepare(c); err != nil {
-		c.removeStage()
+		c.clearStage()
 		return nil, &BranchError{"commit", name, err}
 	}
 	at, err := s.log.append(j, s.Durable)
@@ -186,11 +188,11 @@ func (s *Store) prepare(c *commitRun) error {
 			}
 		}
 	}
-	stage, err := s.newStage(toBase)
+	stage, err := s.stageFor(toBase)
 	if err != nil {
 		return err
 	}
-	c.j.Stage = stage
+	c.j.Stage, c.j.Tag = stage, filepath.Base(s.freshName("stage"))
 	fd, err := unix.Open(c.j.Stage, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -205,7 +207,7 @@ func (s *Store) prepare(c *commitRun) error {
 			if err != nil {
 				return err
 			}
-			if err := copyTree(spfd, sname, c.stage, copiedName(i)); err != nil {
+			if err := copyTree(spfd, sname, c.stage, copiedName(c.j.Tag, i)); err != nil {
 				return err
 			}
 		}
@@ -213,11 +215,6 @@ func (s *Store) prepare(c *commitRun) error {
 			if err := unix.Syncfs(c.stage); err != nil {
 				return err
 			}
-		}
-	}
-	if s.Durable {
-		if err := syncDir(filepath.Dir(c.j.Stage)); err != nil {
-			return err
 		}
 	}
 	// The journal and the "done" after it are written into space that is
@@ -259,7 +256,7 @@ func (s *Store) rollbackLocked(c *commitRun, at int64, cause error) error {
 		log.Printf("commit %s failed (%v) and rolling it back failed too (%v): it and %s are read-only until a commit or the next mount finishes or rolls it back", c.j.Name, cause, err, c.j.Parent)
 		return fmt.Errorf("%w (%v; rolling back: %v)", ErrUnfinished, cause, err)
 	}
-	c.removeStage()
+	c.clearStage()
 	return cause
 }
 
@@ -449,19 +446,14 @@ func (c *commitRun) close() {
 	}
 }
 
-// removeStage removes the stage of a commit that did not happen (it holds
-// nothing then but copies).
-func (c *commitRun) removeStage() {
-	if c.j.Stage != "" {
-		c.s.dropStage(c.j.Stage)
-	}
-}
-
 // srcAt names what step i (opReplace) moves: the delta's entry, or its
 // copy in the stage.
 func (c *commitRun) srcAt(i int, o op) (int, string, error) {
+	if c.j.Copied && c.stage < 0 {
+		return -1, "", unix.ENOENT
+	}
 	if c.j.Copied {
-		return c.stage, copiedName(i), nil
+		return c.stage, copiedName(c.j.Tag, i), nil
 	}
 	return c.src.parent(o.Src)
 }
@@ -511,9 +503,6 @@ func (c *commitRun) apply() error {
 	return nil
 }
 
-// asideName is where step i puts what it replaces, in the stage.
-func asideName(i int) string { return strconv.Itoa(i) }
-
 // aside moves name in directory pfd of the target into the stage for step
 // i; nothing there is no error. Without a stage (a journal written before
 // stages existed) it goes to the trash, for good.
@@ -521,7 +510,7 @@ func (c *commitRun) aside(i int, pfd int, name string) error {
 	if c.stage < 0 {
 		return c.s.discardAt(pfd, name)
 	}
-	err := unix.Renameat2(pfd, name, c.stage, asideName(i), unix.RENAME_NOREPLACE)
+	err := unix.Renameat2(pfd, name, c.stage, asideName(c.j.Tag, i), unix.RENAME_NOREPLACE)
 	if errors.Is(err, unix.ENOENT) {
 		return nil
 	}
@@ -619,7 +608,7 @@ func (c *commitRun) undoMove(i int, o op) error {
 			return err
 		}
 	}
-	err = unix.Renameat2(c.stage, asideName(i), tpfd, tname, unix.RENAME_NOREPLACE)
+	err = unix.Renameat2(c.stage, asideName(c.j.Tag, i), tpfd, tname, unix.RENAME_NOREPLACE)
 	if errors.Is(err, unix.ENOENT) {
 		return nil
 	}
@@ -808,31 +797,47 @@ func (l *layer) setDirMeta(rel string, m *dirMeta) error {
 }
 
 // finish drops the branch's stale children, records that the commit is
-// done, and leaves the stage and what is left of the delta (directories
-// that were merged into existing ones) for the trash. Nothing here can undo
-// the commit: an error is logged. It returns the names of the branches
-// dropped.
+// done, and leaves what the stage holds and what is left of the delta
+// (directories that were merged into existing ones) for the trash. Nothing
+// here can undo the commit: an error is logged. It returns the names of the
+// branches dropped.
 func (s *Store) finish(c *commitRun) []string {
 	dropped, err := s.dropChildren(s.branches[c.j.Name], nil)
 	if err != nil {
 		log.Printf("commit %s: dropping its stale children: %v", c.j.Name, err)
 	}
-	err = failpoint("commit-epoch")
-	if err == nil {
-		_, err = s.log.append(&logRecord{Op: logDone, Name: c.j.Name}, false)
+	if err := s.recordDone(c.j); err != nil {
+		log.Printf("commit %s: recording that it is done: %v; %s stays read-only until that is recorded", c.j.Name, err, c.j.Parent)
 	}
-	if err != nil {
-		// The stage's absence tells the next mount that the commit had
-		// finished.
-		log.Printf("commit %s: recording that it is done: %v", c.j.Name, err)
-	}
-	if c.j.Stage != "" {
-		if err := s.dropStage(c.j.Stage); err != nil {
-			log.Printf("commit %s: removing its stage: %v", c.j.Name, err)
-		}
-	}
+	c.clearStage()
 	s.trashDeltaLater(c.j.Name)
 	return dropped
+}
+
+// recordDone appends the "done" of the commit journaled in j, or else
+// rewrites the log as a snapshot, which has no journal left; if neither
+// works the done is owed (owedDone), and the commit's parent is read-only
+// until a later create, commit or abort pays it. Preconditions: s.mu held
+// exclusively.
+func (s *Store) recordDone(j *logRecord) error {
+	err := failpoint("commit-epoch")
+	if err == nil {
+		_, err = s.log.append(&logRecord{Op: logDone, Name: j.Name}, false)
+	}
+	if err == nil {
+		s.owedDone.Store(nil)
+		return nil
+	}
+	serr := failpoint("commit-rewrite-log")
+	if serr == nil {
+		serr = s.rewriteLog()
+	}
+	if serr != nil {
+		s.owedDone.Store(j)
+		return fmt.Errorf("%v; rewriting the log: %v", err, serr)
+	}
+	s.owedDone.Store(nil)
+	return nil
 }
 
 // replayCommit finishes a commit that a crash (or a failed rollback)
@@ -840,11 +845,6 @@ func (s *Store) finish(c *commitRun) []string {
 // step fails it rolls the commit back. It reports whether the commit
 // happened, and fails only when it could neither finish nor roll back.
 func (s *Store) replayCommit(j *logRecord) (bool, error) {
-	if j.Stage != "" {
-		if _, err := os.Lstat(j.Stage); os.IsNotExist(err) {
-			return true, nil // the stage goes after the last step
-		}
-	}
 	src, err := openLayer(s.deltaDir(j.Name), true)
 	if isNotExist(err) {
 		return true, nil // every step had happened: the delta was already trashed
@@ -873,7 +873,9 @@ func (s *Store) replayCommit(j *logRecord) (bool, error) {
 	c := &commitRun{s: s, j: j, src: newDirCache(src), target: newDirCache(target), stage: -1, reached: len(j.Ops) - 1}
 	defer c.close()
 	if j.Stage != "" {
-		if c.stage, err = unix.Open(j.Stage, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		// The base's stage directory is gone after the last step of a
+		// commit into a base apart; nothing is left to move from it then.
+		if c.stage, err = unix.Open(j.Stage, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil && !(isNotExist(err) && j.Copied) {
 			return false, err
 		}
 	}
@@ -882,13 +884,7 @@ func (s *Store) replayCommit(j *logRecord) (bool, error) {
 			return false, fmt.Errorf("%v; rolling it back: %w", err, uerr)
 		}
 		log.Printf("the unfinished commit of %s failed again (%v) and was rolled back", j.Name, err)
-		c.removeStage()
-		return false, nil
-	}
-	if j.Stage != "" {
-		if err := s.dropStage(j.Stage); err != nil {
-			return true, err
-		}
+		return false, nil // load clears the stage
 	}
 	return true, s.trash(s.deltaDir(j.Name))
 }

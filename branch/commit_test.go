@@ -465,3 +465,36 @@ func TestCommitRolledBackLater(t *testing.T) {
 		t.Errorf("after the next mount: %v, want b and later live", states)
 	}
 }
+
+// A commit whose "done" can be neither appended nor written in a new log
+// has happened, but keeps its parent read-only until a later operation
+// records it; nothing written afterwards meets the commit again.
+func TestCommitDoneOwed(t *testing.T) {
+	s, base := newBigStore(t)
+	b, _ := s.Create("b", MainName)
+	if _, err := s.Create("s", MainName); err != nil {
+		t.Fatal(err)
+	}
+	changeMuch(t, b)
+	setFailHook(t, func(step string) error {
+		if step == "commit-epoch" || step == "commit-rewrite-log" {
+			return unix.EIO
+		}
+		return nil
+	})
+	if _, err := s.Commit("b"); err != nil {
+		t.Fatalf("commit that happened reports %v", err)
+	}
+	if err := s.Main().Unlink("g1"); !errors.Is(err, ErrUnfinished) {
+		t.Errorf("write to main while the done is owed: %v, want ErrUnfinished", err)
+	}
+	failHook = nil
+	if _, err := s.Abort("s", false); err != nil {
+		t.Fatal(err)
+	}
+	write(t, s.Main(), "f", "after")
+	s = reopen(t, s)
+	if data, _ := os.ReadFile(filepath.Join(base, "f")); string(data) != "after" {
+		t.Errorf("base f = %q after the next mount, want the write made after the commit", data)
+	}
+}

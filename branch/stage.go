@@ -10,13 +10,16 @@ import (
 )
 
 // A commit's stage holds what its steps replace until the commit is done
-// or rolled back (commit.go). It must be on the target's mount, since the
-// steps are renames: for a target that is a delta, STORE/stage/ID; for the
-// base, the same when the store is on the base's mount. Otherwise (a store
-// on another filesystem, or a base that is a mount root of its own, as a
-// bind mount is) the stage is BASE/StageName/ID, and the commit first
-// copies what it moves into the base there, before its journal is written,
-// so that its steps are renames still.
+// or rolled back (commit.go), each entry under a name that starts with the
+// commit's tag. It must be on the target's mount, since the steps are
+// renames: for a target that is a delta, STORE/stage; for the base, the
+// same when the store is on the base's mount. Otherwise (a store on another
+// filesystem, or a base that is a mount root of its own, as a bind mount
+// is) the stage is BASE/StageName, and the commit first copies what it
+// moves into the base there, before its journal is written, so that its
+// steps are renames still. The stage directories persist (making and
+// moving a directory per commit cost more than the rest of a small one);
+// the one in the base only while a commit into it runs.
 
 // StageName is the directory at the base's root that holds the stages of
 // commits into a base on another mount than the store. No view shows it or
@@ -36,51 +39,73 @@ func MountID(path string) (uint64, error) {
 	return stx.Mnt_id, nil
 }
 
-// baseStages is the directory of the stages made in the base.
+// baseStages is the stage directory in the base.
 func (s *Store) baseStages() string { return filepath.Join(s.meta.Base, StageName) }
 
-// newStage makes the stage of a commit into the base (toBase) or into a
-// delta, and returns its path.
-func (s *Store) newStage(toBase bool) (string, error) {
+// stageFor returns the stage directory of a commit into the base (toBase)
+// or into a delta, making the base's.
+func (s *Store) stageFor(toBase bool) (string, error) {
 	if !toBase || !s.apart {
-		p := s.freshName("stage")
-		return p, unix.Mkdir(p, 0o700)
+		return filepath.Join(s.dir, "stage"), nil
 	}
 	root := s.baseStages()
 	if err := unix.Mkdir(root, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
 		return "", err
 	}
-	p := filepath.Join(root, filepath.Base(s.freshName("stage")))
-	return p, unix.Mkdir(p, 0o700)
+	return root, nil
 }
 
-// dropStage removes a stage that is no longer needed: to the trash when it
-// is in the store, else at once (its filesystem has no trash), with the
-// stages' directory, so that the base is left as the commit made it.
-func (s *Store) dropStage(p string) error {
-	if filepath.Dir(p) != s.baseStages() {
-		return s.trash(p)
+// clearStage removes what the commit left in its stage: what its steps
+// replaced (to the trash, or at once where there is none: the base's), and
+// copies a rollback left. Nothing here can fail the commit.
+func (c *commitRun) clearStage() {
+	if c.stage < 0 {
+		return
 	}
-	if err := os.RemoveAll(p); err != nil {
+	inBase := c.j.Stage == c.s.baseStages()
+	for i, o := range c.j.Ops {
+		names := []string{asideName(c.j.Tag, i)}
+		if c.j.Copied && o.Kind == opReplace {
+			names = append(names, copiedName(c.j.Tag, i))
+		}
+		for _, n := range names {
+			if inBase {
+				removeAt(c.stage, n)
+			} else {
+				c.s.discardAt(c.stage, n)
+			}
+		}
+	}
+	if inBase {
+		unix.Rmdir(c.j.Stage) // unless another commit's entries are there
+	}
+}
+
+// clearStages empties the stage directories; only while no commit runs.
+func (s *Store) clearStages() error {
+	dir := filepath.Join(s.dir, "stage")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
 		return err
 	}
-	os.Remove(s.baseStages()) // unless another stage is there
-	return nil
-}
-
-// clearBaseStages removes what commits into the base left in its stage
-// directory, and the directory; only while no commit runs.
-func (s *Store) clearBaseStages() error {
-	root := s.baseStages()
-	if _, err := os.Lstat(root); os.IsNotExist(err) {
+	for _, e := range ents {
+		if err := s.trash(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Lstat(s.baseStages()); os.IsNotExist(err) {
 		return nil
 	}
-	return os.RemoveAll(root)
+	return os.RemoveAll(s.baseStages())
 }
+
+// asideName is where step i of the commit tagged tag puts what it
+// replaces, in the stage.
+func asideName(tag string, i int) string { return tag + "-" + strconv.Itoa(i) }
 
 // copiedName is where a commit into a base on another mount copies what
 // step i moves there, in the stage.
-func copiedName(i int) string { return "new-" + strconv.Itoa(i) }
+func copiedName(tag string, i int) string { return tag + "-new-" + strconv.Itoa(i) }
 
 // copyTree copies sname in directory sfd (a delta) to dname in directory
 // dfd (a stage): data, mode, owner, times and xattrs, without tombstones or

@@ -45,11 +45,11 @@ type logRecord struct {
 	Created     time.Time `json:"created,omitzero"`
 	NewEpoch    uint64    `json:"new_epoch,omitempty"` // the parent's, after a commit
 	Ops         []op      `json:"ops,omitempty"`
-	// Stage is the commit's own directory on the target's filesystem:
-	// what a step replaces moves there (op i's to Stage/i), so that a
-	// rollback can put it back. It exists from before the journal until
-	// the commit is done or rolled back.
+	// Stage is the commit's stage directory on the target's mount: what
+	// step i replaces moves there, to TAG-i, so that a rollback can put it
+	// back (stage.go).
 	Stage string `json:"stage,omitempty"`
+	Tag   string `json:"tag,omitempty"`
 	// AutoName, in main's snapshot record, is the last generated name's
 	// number, so that no generated name comes back (Store.freeName).
 	AutoName int `json:"auto_name,omitempty"`

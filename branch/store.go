@@ -121,6 +121,9 @@ type Store struct {
 	// apart: the store is on another mount than the base, so commits into
 	// the base copy (stage.go).
 	apart bool
+	// owedDone is the journal of a commit that happened but whose "done"
+	// could not be recorded (Store.recordDone); changed under mu.
+	owedDone atomic.Pointer[logRecord]
 
 	// Durable flushes a commit's journal record to the disk before the
 	// commit moves anything. Without it a commit is all-or-nothing across
@@ -285,15 +288,9 @@ func (s *Store) load() error {
 			s.committed(pending)
 		}
 	}
-	// Stages of commits that finished, rolled back or never started.
-	stages, err := os.ReadDir(filepath.Join(s.dir, "stage"))
-	if err != nil {
+	// What commits that finished, rolled back or never started left.
+	if err := s.clearStages(); err != nil {
 		return err
-	}
-	for _, e := range stages {
-		if err := s.trash(filepath.Join(s.dir, "stage", e.Name())); err != nil {
-			return err
-		}
 	}
 	// A committed branch is only a name now; its stale children went with
 	// it (below, as orphans).
@@ -303,9 +300,6 @@ func (s *Store) load() error {
 		}
 	}
 	s.noteNames(recs)
-	if err := s.clearBaseStages(); err != nil {
-		return err
-	}
 	// A branch whose parent is gone was being aborted (aborts drop
 	// children first, but a crash may stop one anywhere).
 	for changed := true; changed; {
@@ -344,6 +338,14 @@ func (s *Store) load() error {
 		}
 	}
 	return nil
+}
+
+// payDoneLocked records the "done" a commit owes, if any (recordDone).
+// Preconditions: s.mu held exclusively.
+func (s *Store) payDoneLocked() {
+	if j := s.owedDone.Load(); j != nil {
+		s.recordDone(j)
+	}
 }
 
 // committed records in the branches read from the log that the commit
@@ -563,6 +565,7 @@ func (s *Store) lookupBranch(name string) (*Branch, error) {
 func (s *Store) Create(name, parent string) (*View, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.payDoneLocked()
 	if c := s.unfinished.Load(); c != nil && (c.j.Name == parent || c.j.Parent == parent) {
 		if _, err := s.settleLocked(); err != nil {
 			return nil, &BranchError{"create child of", parent, err}
@@ -737,6 +740,7 @@ func (s *Store) Abort(name string, recursive bool) ([]string, error) {
 	if b.isMain() {
 		return nil, &BranchError{"abort", name, ErrMainView}
 	}
+	s.payDoneLocked()
 	if c := s.unfinished.Load(); c != nil && c.j.Name == name {
 		// Its delta is half moved: first finish or undo that.
 		if _, err := s.settleLocked(); err != nil {

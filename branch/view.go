@@ -57,6 +57,9 @@ func (v *View) CheckWritable() error {
 	if c := v.store.unfinished.Load(); c != nil && (c.j.Name == v.br.meta.Name || c.j.Parent == v.br.meta.Name) {
 		return ErrUnfinished
 	}
+	if j := v.store.owedDone.Load(); j != nil && j.Parent == v.br.meta.Name {
+		return ErrUnfinished
+	}
 	return v.makeTop()
 }
 
