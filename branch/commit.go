@@ -226,15 +226,6 @@ func (s *Store) prepare(c *commitRun) error {
 	return s.log.reserve(int64(len(line)) + 512)
 }
 
-func syncDir(dir string) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	return unix.Fsync(fd)
-}
-
 // rollbackLocked undoes the steps of a commit that failed with cause and
 // erases its journal (which starts at at in the log). It returns the error
 // the commit reports: cause, or ErrUnfinished when the rollback failed too.

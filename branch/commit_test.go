@@ -493,7 +493,7 @@ func TestCommitDoneOwed(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, s.Main(), "f", "after")
-	s = reopen(t, s)
+	reopen(t, s)
 	if data, _ := os.ReadFile(filepath.Join(base, "f")); string(data) != "after" {
 		t.Errorf("base f = %q after the next mount, want the write made after the commit", data)
 	}
