@@ -32,7 +32,9 @@ func main() {
 	// ended by the next branchfs command.
 	root.PersistentPreRun = func(*cobra.Command, []string) { explore.Reap() }
 	root.SetArgs(joinPassthroughValue(os.Args[1:]))
-	if err := root.Execute(); err != nil {
+	err := root.Execute()
+	explore.Shutdown() // the janitor of runs, if this command started any
+	if err != nil {
 		var status exitStatus
 		if errors.As(err, &status) {
 			os.Exit(int(status))

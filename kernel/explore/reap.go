@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -165,31 +166,72 @@ func (r *record) undo() error {
 }
 
 // The janitor: one process per owner, outside the owner's session (a
-// Ctrl-C does not reach it) and outside every run's cgroup. It waits for
-// the owner to exit, however it exits, then reaps.
+// Ctrl-C does not reach it) and outside every run's cgroup. It holds the
+// read end of a pipe from the owner. Shutdown writes "q" and closes it:
+// the janitor exits. Any other end of the pipe means the owner died: the
+// janitor waits until it is gone, then reaps.
 const envJanitor = "BRANCHFS_RUN_JANITOR"
 
-var janitorOnce sync.Once
+var janitor struct {
+	sync.Mutex
+	started bool
+	w       *os.File
+	done    chan struct{}
+}
 
 func startJanitor() {
-	janitorOnce.Do(func() {
-		cmd := exec.Command("/proc/self/exe")
-		cmd.Args = []string{"branchfs-janitor"}
-		cmd.Env = []string{envJanitor + "=" + strconv.Itoa(os.Getpid())}
-		if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-			cmd.Env = append(cmd.Env, "XDG_RUNTIME_DIR="+d)
-		}
-		if d := os.Getenv("TMPDIR"); d != "" {
-			cmd.Env = append(cmd.Env, "TMPDIR="+d)
-		}
-		cmd.Dir = "/" // hold no mount busy
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		if cmd.Start() == nil {
-			// It is reaped by init once this process is gone; until
-			// then a goroutine waits for it, so it leaves no zombie.
-			go cmd.Wait()
-		}
-	})
+	janitor.Lock()
+	defer janitor.Unlock()
+	if janitor.started {
+		return
+	}
+	janitor.started = true
+	r, w, err := os.Pipe()
+	if err != nil {
+		return
+	}
+	defer r.Close()
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{"branchfs-janitor"}
+	cmd.Env = []string{envJanitor + "=" + strconv.Itoa(os.Getpid())}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		cmd.Env = append(cmd.Env, "XDG_RUNTIME_DIR="+d)
+	}
+	if d := os.Getenv("TMPDIR"); d != "" {
+		cmd.Env = append(cmd.Env, "TMPDIR="+d)
+	}
+	cmd.Dir = "/" // hold no mount busy
+	cmd.ExtraFiles = []*os.File{r}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if cmd.Start() != nil {
+		w.Close()
+		return
+	}
+	janitor.w, janitor.done = w, make(chan struct{})
+	// Waiting leaves no zombie should it exit early; after this process
+	// is gone, init reaps it.
+	go func() { cmd.Wait(); close(janitor.done) }()
+}
+
+// Shutdown tells this process's janitor that every run has ended, and
+// waits (a second at most) for it to exit, so that nothing of the runs
+// outlives the program. Call it when the program is done with runs; a
+// later Start starts no janitor, and a run killed after goes unreaped
+// until the next Reap.
+func Shutdown() {
+	janitor.Lock()
+	defer janitor.Unlock()
+	janitor.started = true
+	if janitor.w == nil {
+		return
+	}
+	janitor.w.Write([]byte("q"))
+	janitor.w.Close()
+	janitor.w = nil
+	select {
+	case <-janitor.done:
+	case <-time.After(time.Second):
+	}
 }
 
 func runJanitor(owner string) {
@@ -197,14 +239,17 @@ func runJanitor(owner string) {
 	if err != nil {
 		os.Exit(2)
 	}
-	if os.Getppid() == pid {
-		fd, err := unix.PidfdOpen(pid, 0)
-		if err == nil {
-			for {
-				_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1)
-				if err != unix.EINTR {
-					break
-				}
+	var b [1]byte
+	if n, _ := os.NewFile(3, "owner").Read(b[:]); n == 1 && b[0] == 'q' {
+		os.Exit(0)
+	}
+	// The pipe ends as the owner's descriptors close, before it is
+	// gone: wait for that.
+	if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+		for {
+			_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1)
+			if err != unix.EINTR {
+				break
 			}
 		}
 	}

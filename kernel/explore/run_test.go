@@ -239,6 +239,10 @@ func TestRunCLI(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
 		t.Fatalf("exit: %v: %s", err, stderr.String())
 	}
+	// Its janitor is gone when it has exited.
+	if j := janitorsOf(cmd.Process.Pid); len(j) > 0 {
+		t.Errorf("janitor left: %v", j)
+	}
 	var res Result
 	must(t, json.Unmarshal(stdout.Bytes(), &res))
 	if res.ExitCode != 7 || res.Outcome != Keep || res.DeltaFiles != 1 || res.Containment != ContainCgroup || stderr.String() != "out\n" {
@@ -341,4 +345,17 @@ cat base/f
 	if p := withToken(tok); len(p) > 0 {
 		t.Errorf("processes left: %q", p)
 	}
+}
+
+// janitorsOf lists the janitor processes of owner.
+func janitorsOf(owner int) []string {
+	var found []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err == nil && bytes.Contains(env, []byte(envJanitor+"="+strconv.Itoa(owner)+"\x00")) {
+			found = append(found, e.Name())
+		}
+	}
+	return found
 }
