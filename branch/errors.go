@@ -3,9 +3,11 @@ package branch
 import (
 	"errors"
 	"fmt"
+	"syscall"
 )
 
-// Errors callers match with errors.Is. The FUSE glue maps each to one errno.
+// Errors callers match with errors.Is. The FUSE glue answers each with its
+// errno from errnos, and the CLI turns the errno back into its message.
 var (
 	ErrStale       = errors.New("branch is stale: a sibling committed first")
 	ErrGone        = errors.New("branch no longer exists")
@@ -21,6 +23,48 @@ var (
 	// mount finishes or rolls it back.
 	ErrUnfinished = errors.New("a commit could neither finish nor roll back; retry the commit once its cause is fixed")
 )
+
+// errnos is the one table of what each error is on the wire. Where two
+// errors share an errno, the first is the one a client is told of.
+var errnos = []struct {
+	err   error
+	errno syscall.Errno
+}{
+	{ErrStale, syscall.ESTALE},
+	{ErrGone, syscall.ESTALE}, // the branch behind a handle or cached name is gone
+	{ErrNotFound, syscall.ENOENT},
+	{ErrFrozen, syscall.EROFS},
+	{ErrBusy, syscall.EBUSY},
+	{ErrExists, syscall.EEXIST},
+	{ErrTooMany, syscall.ENOSPC},
+	{ErrUnfinished, syscall.EUCLEAN}, // the commit's two sides need settling
+	{ErrInvalidName, syscall.EINVAL},
+	{ErrMainView, syscall.EINVAL},
+}
+
+// Errno is the errno that stands for err on the wire: its sentinel's, or
+// the errno it wraps. ok is false for any other error.
+func Errno(err error) (errno syscall.Errno, ok bool) {
+	for _, e := range errnos {
+		if errors.Is(err, e.err) {
+			return e.errno, true
+		}
+	}
+	if errors.As(err, &errno) {
+		return errno, true
+	}
+	return 0, false
+}
+
+// ErrorOf is the sentinel error that errno stands for, or nil.
+func ErrorOf(errno syscall.Errno) error {
+	for _, e := range errnos {
+		if e.errno == errno {
+			return e.err
+		}
+	}
+	return nil
+}
 
 // BranchError names the branch an operation failed on.
 type BranchError struct {

@@ -5,7 +5,6 @@ package fs
 
 import (
 	"context"
-	"errors"
 	"log"
 	"os"
 	"strings"
@@ -285,32 +284,13 @@ func fillAttr(a *fuse.Attr, st *unix.Stat_t) {
 	a.Blksize = uint32(st.Blksize)
 }
 
-// toErrno is the one place internal errors become FUSE errnos.
+// toErrno is the one place internal errors become FUSE errnos, by the
+// table in package branch.
 func toErrno(err error) syscall.Errno {
 	if err == nil {
 		return 0
 	}
-	var errno syscall.Errno
-	switch {
-	case errors.Is(err, branch.ErrStale):
-		return syscall.ESTALE
-	case errors.Is(err, branch.ErrGone):
-		return syscall.ESTALE // the branch behind a handle or cached name is gone
-	case errors.Is(err, branch.ErrNotFound):
-		return syscall.ENOENT
-	case errors.Is(err, branch.ErrFrozen):
-		return syscall.EROFS
-	case errors.Is(err, branch.ErrBusy):
-		return syscall.EBUSY
-	case errors.Is(err, branch.ErrExists):
-		return syscall.EEXIST
-	case errors.Is(err, branch.ErrTooMany):
-		return syscall.ENOSPC
-	case errors.Is(err, branch.ErrUnfinished):
-		return syscall.EUCLEAN // the commit's two sides need settling
-	case errors.Is(err, branch.ErrInvalidName), errors.Is(err, branch.ErrMainView):
-		return syscall.EINVAL
-	case errors.As(err, &errno):
+	if errno, ok := branch.Errno(err); ok {
 		return errno
 	}
 	log.Printf("unexpected error: %v", err)

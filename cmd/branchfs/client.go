@@ -180,28 +180,29 @@ func explain(op, name string, err error) error {
 	if !errors.As(err, &errno) {
 		return fmt.Errorf("%s %s: %w", op, name, err)
 	}
-	msg := map[syscall.Errno]string{
-		syscall.ESTALE: "branch is stale: a sibling committed first",
-		syscall.EBUSY:  "branch has live child branches",
-		syscall.ENOENT: "no such branch",
-		syscall.EEXIST: "a branch of that name exists",
-		syscall.EROFS:  "the view has live child branches and is read-only",
-		syscall.EINVAL: "invalid request",
-		syscall.EUCLEAN: "the commit failed and so did its rollback; the branch and its parent are read-only " +
-			"until the commit, tried again, or the next mount finishes or rolls it back (see the daemon's log)",
-	}[errno]
+	msg := errno.Error()
+	if e := branch.ErrorOf(errno); e != nil {
+		msg = e.Error()
+	}
 	if op == "create" && errno == syscall.EBUSY {
 		// The new branch would see writes that still reach the base.
 		msg = "files are open for writing with passthrough in main; close them first"
 	}
-	if msg == "" {
-		msg = errno.Error()
-	}
 	if op == "commit" && errno != syscall.EUCLEAN {
 		msg += " (nothing was committed)"
 	}
-	return fmt.Errorf("%s %s: %s: %w", op, name, msg, errno)
+	return &daemonError{fmt.Sprintf("%s %s: %s", op, name, msg), errno}
 }
+
+// daemonError is an errno the daemon answered, told as its message; the
+// errno stays reachable for the exit status.
+type daemonError struct {
+	msg   string
+	errno syscall.Errno
+}
+
+func (e *daemonError) Error() string { return e.msg }
+func (e *daemonError) Unwrap() error { return e.errno }
 
 func createCmd() *cobra.Command {
 	var parent string
