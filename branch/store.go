@@ -847,7 +847,7 @@ type Info struct {
 	Epoch      uint64    `json:"epoch"`
 	DeltaBytes int64     `json:"delta_bytes"`
 	DeltaFiles int64     `json:"delta_files"`
-	Created    time.Time `json:"created"`
+	Created    time.Time `json:"created,omitzero"` // none for main
 	// Finished is when a committed or aborted branch ended (history only).
 	Finished time.Time `json:"finished,omitzero"`
 }
@@ -890,15 +890,18 @@ func (s *Store) LiveNames() []string {
 	return out
 }
 
+// duTree counts the files a delta holds and their bytes: directories and
+// tombstones are not files the branch wrote.
 func duTree(dir string) (bytes, files int64) {
 	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || p == dir {
+		if err != nil || d.IsDir() {
 			return nil
 		}
-		if fi, err := d.Info(); err == nil {
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) == nil && !isWhiteout(&st) {
 			files++
-			if fi.Mode().IsRegular() {
-				bytes += fi.Size()
+			if st.Mode&unix.S_IFMT == unix.S_IFREG {
+				bytes += st.Size
 			}
 		}
 		return nil

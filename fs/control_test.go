@@ -11,6 +11,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/branchfs/branchfs/branch"
 	"github.com/branchfs/branchfs/kernel"
 	"golang.org/x/sys/unix"
 )
@@ -440,5 +441,38 @@ func TestReferenceClientFlags(t *testing.T) {
 	m.mounted = true
 	if got := names(); got != "" {
 		t.Errorf("without --list-branches the root listing shows %q", got)
+	}
+}
+
+// TestListCountsAndMessages: list counts the files a branch wrote (not
+// the directories copied up on the way, nor tombstones) and gives main no
+// creation time; the CLI tells each error once, in the core's words.
+func TestListCountsAndMessages(t *testing.T) {
+	m := newMount(t, "")
+	b := m.create("b")
+	writeFile(t, filepath.Join(b, "dir", "sub", "b"), "changed\n")
+	must(t, os.Remove(filepath.Join(b, "file")))
+	var list []map[string]any
+	must(t, json.Unmarshal([]byte(m.ok("list", m.mnt, "--json")), &list))
+	if len(list) != 2 || list[1]["delta_files"] != float64(1) || list[1]["delta_bytes"] != float64(len("changed\n")) {
+		t.Errorf("list: %v, want b with 1 file of 8 bytes", list)
+	}
+	if _, ok := list[0]["created"]; ok {
+		t.Errorf("main has a creation time: %v", list[0])
+	}
+	if out := m.ok("list", m.mnt); !strings.Contains(out, "1 files, 8 bytes") {
+		t.Errorf("list:\n%s", out)
+	}
+
+	s := m.create("s")
+	m.ok("commit", b)
+	_, errOut, code := m.cli("commit", s)
+	if want := "branchfs: commit s: " + branch.ErrStale.Error() + " (nothing was committed)\n"; code != 3 || errOut != want {
+		t.Errorf("commit of a stale branch: exit %d: %q, want %q", code, errOut, want)
+	}
+	m.ok("create", "x", m.mnt)
+	_, errOut, _ = m.cli("create", "x", m.mnt)
+	if want := "branchfs: create x: " + branch.ErrExists.Error() + "\n"; errOut != want {
+		t.Errorf("create of a taken name: %q, want %q", errOut, want)
 	}
 }

@@ -16,9 +16,32 @@ import (
 )
 
 // The control file at the root of every view takes the same actions as the
-// ioctls, as text: "create", "create:NAME", "commit", "abort",
-// "abort:recursive", "list" and "diff". Reading it returns the answer to
-// the last command written on that handle, or the list of branches.
+// ioctls, as text: VERB or VERB:ARG, one of the Cmd constants. Reading it
+// returns the answer to the last command written on that handle (the new
+// name, a Status or a branch.Diff as JSON), or the Status.
+
+// Verbs of the control file.
+const (
+	CmdCreate = "create" // create[:NAME]: a child of the view
+	CmdCommit = "commit" // the view into its parent
+	CmdAbort  = "abort"  // abort[:recursive]: the view's branch
+	CmdList   = "list"   // list[:all]: a Status; all adds finished branches
+	CmdDiff   = "diff"   // the view's branch.Diff
+)
+
+// Args of the verbs that take a fixed one.
+const (
+	ArgRecursive = "recursive"
+	ArgAll       = "all"
+)
+
+// Status is the answer to CmdList.
+type Status struct {
+	View     string        `json:"view"`
+	Base     string        `json:"base"`
+	Store    string        `json:"store"`
+	Branches []branch.Info `json:"branches"`
+}
 
 // ControlIno is the inode number of every control file, clear of real
 // inode numbers: the CLI checks it to tell the control file from a user's
@@ -90,7 +113,7 @@ func (h *ctlHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Read
 	defer h.mu.Unlock()
 	if h.resp == nil {
 		var err error
-		if h.resp, err = h.ctl.fsys.command(ctx, h.ctl.view, "list"); err != nil {
+		if h.resp, err = h.ctl.fsys.command(ctx, h.ctl.view, CmdList); err != nil {
 			return nil, toErrno(err)
 		}
 	}
@@ -153,18 +176,17 @@ func (f *FS) command(ctx context.Context, v *branch.View, cmd string) ([]byte, e
 	}
 	verb, arg, _ := strings.Cut(cmd, ":")
 	switch {
-	case verb == "create":
+	case verb == CmdCreate:
 		name, err := f.create(v, arg)
 		return []byte(name + "\n"), err
-	case verb == "commit" && arg == "":
+	case verb == CmdCommit && arg == "":
 		return nil, f.commit(v)
-	case verb == "abort" && (arg == "" || arg == "recursive"):
-		return nil, f.abort(v, arg == "recursive")
-	case verb == "list" && (arg == "" || arg == "all"):
-		return json.MarshalIndent(map[string]any{
-			"view": v.Name(), "base": f.store.Base(), "store": f.store.Dir(), "branches": f.store.List(arg == "all"),
-		}, "", "  ")
-	case verb == "diff" && arg == "":
+	case verb == CmdAbort && (arg == "" || arg == ArgRecursive):
+		return nil, f.abort(v, arg == ArgRecursive)
+	case verb == CmdList && (arg == "" || arg == ArgAll):
+		st := Status{View: v.Name(), Base: f.store.Base(), Store: f.store.Dir(), Branches: f.store.List(arg == ArgAll)}
+		return json.MarshalIndent(&st, "", "  ")
+	case verb == CmdDiff && arg == "":
 		d, err := f.store.Diff(v.Name())
 		if err != nil {
 			return nil, err

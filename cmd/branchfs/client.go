@@ -22,14 +22,6 @@ import (
 
 const fuseSuperMagic = 0x65735546
 
-// status is what reading a control file returns.
-type status struct {
-	View     string        `json:"view"`
-	Base     string        `json:"base"`
-	Store    string        `json:"store"`
-	Branches []branch.Info `json:"branches"`
-}
-
 // findView returns the root of the view that holds p (MNT or MNT/@NAME)
 // and its branch name. It reads the mount table instead of looking for a
 // control file on the way up: a user's own file may bear that name, and
@@ -148,16 +140,16 @@ func unwrapErrno(err error) error {
 	return err
 }
 
-func readStatus(viewRoot string, all bool) (*status, error) {
-	cmd := "list"
+func readStatus(viewRoot string, all bool) (*fs.Status, error) {
+	cmd := fs.CmdList
 	if all {
-		cmd = "list:all"
+		cmd += ":" + fs.ArgAll
 	}
 	data, err := control(viewRoot, cmd)
 	if err != nil {
 		return nil, err
 	}
-	var st status
+	var st fs.Status
 	return &st, json.Unmarshal(data, &st)
 }
 
@@ -222,7 +214,7 @@ func createCmd() *cobra.Command {
 				}
 				root = filepath.Join(mnt, fs.BranchPrefix+parent)
 			}
-			if _, err := control(root, "create:"+name); err != nil {
+			if _, err := control(root, fs.CmdCreate+":"+name); err != nil {
 				if errors.Is(err, os.ErrNotExist) {
 					return fmt.Errorf("create %s: no branch %s under %s", name, parent, mnt)
 				}
@@ -270,9 +262,9 @@ func abortCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c := "abort"
+			c := fs.CmdAbort
 			if recursive {
-				c = "abort:recursive"
+				c += ":" + fs.ArgRecursive
 			}
 			if _, err := control(root, c); err != nil {
 				err = explain("abort", name, err)
@@ -337,7 +329,7 @@ func diffCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			data, err := control(root, "diff")
+			data, err := control(root, fs.CmdDiff)
 			if err != nil {
 				return explain("diff", name, err)
 			}
