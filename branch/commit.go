@@ -356,17 +356,17 @@ func planDir(srcDirs, targetDirs *dirCache, rel string, targetIsDelta bool, j *l
 			targetHas = terr == nil
 		}
 		switch {
-		case isWhiteout(&st) && !targetIsDelta:
+		case isWhiteout(sfd, n, &st) && !targetIsDelta:
 			if targetHas {
 				j.Ops = append(j.Ops, op{Kind: opRemove, Dst: p})
 			}
-		case isWhiteout(&st):
+		case isWhiteout(sfd, n, &st):
 			j.Ops = append(j.Ops, op{Kind: opReplace, Src: p, Dst: p})
 		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
 			later = append(later, op{Kind: opReplace, Src: p, Dst: p})
 		default:
 			opaque := src.isOpaque(p)
-			targetDir := targetHas && tst.Mode&unix.S_IFMT == unix.S_IFDIR && !(targetIsDelta && isWhiteout(&tst))
+			targetDir := targetHas && tst.Mode&unix.S_IFMT == unix.S_IFDIR && !(targetIsDelta && isWhiteout(tfd, n, &tst))
 			if targetDir && !opaque {
 				if err := planDir(srcDirs, targetDirs, p, targetIsDelta, j); err != nil {
 					return err
@@ -666,19 +666,6 @@ func (c *dirCache) close() {
 	}
 }
 
-// removeAll deletes rel and everything below it, beneath the layer root.
-func (l *layer) removeAll(rel string) error {
-	pfd, name, err := l.parent(rel)
-	if isNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer unix.Close(pfd)
-	return removeAt(pfd, name)
-}
-
 func removeAt(pfd int, name string) error {
 	err := unix.Unlinkat(pfd, name, 0)
 	if err == nil || errors.Is(err, unix.ENOENT) {
@@ -736,9 +723,9 @@ func (l *layer) scrub(rel string, root bool) error {
 	}
 	for _, d := range ents {
 		switch d.Type {
-		case syscall.DT_CHR:
+		case syscall.DT_REG, syscall.DT_UNKNOWN:
 			var cst unix.Stat_t
-			if unix.Fstatat(fd, d.Name, &cst, unix.AT_SYMLINK_NOFOLLOW) == nil && isWhiteout(&cst) {
+			if unix.Fstatat(fd, d.Name, &cst, unix.AT_SYMLINK_NOFOLLOW) == nil && isWhiteout(fd, d.Name, &cst) {
 				if err := unix.Unlinkat(fd, d.Name, 0); err != nil {
 					return err
 				}
@@ -945,7 +932,7 @@ func diffDir(src *layer, parent *View, rel string, d *Diff) error {
 		}
 		pe, perr := parent.Lookup(p)
 		switch {
-		case isWhiteout(&st):
+		case src.isWhiteoutRel(p, &st):
 			if perr == nil {
 				d.Deleted = append(d.Deleted, p)
 			}

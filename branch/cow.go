@@ -43,11 +43,11 @@ func (v *View) copyUp(rel string, withData bool) (*Entry, error) {
 	src := v.layers[e.Layer]
 	switch e.Stat.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
-		err = copyFile(src, rel, e, top, dir, pfd, name, withData)
+		err = v.copyFile(src, rel, e, top, dir, pfd, name, withData)
 	case unix.S_IFLNK:
-		err = copySymlink(src, rel, e, pfd, name)
+		err = v.copySymlink(src, rel, e, pfd, name)
 	default:
-		err = copySpecial(src, rel, e, pfd, name)
+		err = v.copySpecial(src, rel, e, pfd, name)
 	}
 	if errors.Is(err, unix.EEXIST) {
 		err = nil // a concurrent copy-up of the same file won
@@ -89,21 +89,29 @@ func (v *View) ensureDir(rel string) error {
 	}
 	defer unix.Close(pfd)
 	restore := saveTimes(pfd)
-	if err := unix.Mkdirat(pfd, name, e.Stat.Mode&07777); err != nil {
-		if errors.Is(err, unix.EEXIST) {
-			return nil
-		}
+	// Made whole in STORE/tmp and then renamed into place: a crash never
+	// leaves a copy with the wrong owner, mode or xattrs.
+	staged := v.store.tmpName()
+	if err := unix.Mkdir(staged, e.Stat.Mode&07777); err != nil {
 		return err
 	}
 	src := v.layers[e.Layer]
 	sfd, err := src.open(rel, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
 	if err == nil {
-		copyXattrs(sfd, pfd, name)
+		copyXattrs(sfd, unix.AT_FDCWD, staged)
 		unix.Close(sfd)
 	}
-	err = setOwnerTimes(pfd, name, &e.Stat)
+	err = setOwnerTimes(unix.AT_FDCWD, staged, &e.Stat)
 	if err == nil {
-		err = chmodAt(pfd, name, e.Stat.Mode&07777)
+		err = chmodAt(unix.AT_FDCWD, staged, e.Stat.Mode&07777)
+	}
+	if err == nil {
+		err = v.store.placeNew("copyup", staged, pfd, name)
+	} else {
+		unix.Rmdir(staged)
+	}
+	if errors.Is(err, unix.EEXIST) {
+		err = nil // a concurrent copy-up won
 	}
 	restore()
 	v.invalidate()
@@ -147,7 +155,7 @@ func chmodAt(pfd int, name string, mode uint32) error {
 	return unix.Chmod(procPath(fd), mode)
 }
 
-func copyFile(src *layer, rel string, e *Entry, top *layer, dir string, pfd int, name string, withData bool) error {
+func (v *View) copyFile(src *layer, rel string, e *Entry, top *layer, dir string, pfd int, name string, withData bool) error {
 	in, err := src.open(rel, unix.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return err
@@ -175,6 +183,9 @@ func copyFile(src *layer, rel string, e *Entry, top *layer, dir string, pfd int,
 		return err
 	}
 	// The copy gets its name only once complete: a crash leaves nothing.
+	if err := failpoint("copyup-staged"); err != nil {
+		return err
+	}
 	err = unix.Linkat(out, "", pfd, name, unix.AT_EMPTY_PATH)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EPERM) {
 		err = unix.Linkat(unix.AT_FDCWD, procPath(out), pfd, name, unix.AT_SYMLINK_FOLLOW)
@@ -235,29 +246,42 @@ func copyThrough(in, out int, off, n int64) (int, error) {
 	return unix.Pwrite(out, buf[:got], off)
 }
 
-func copySymlink(src *layer, rel string, e *Entry, pfd int, name string) error {
+// copySymlink and copySpecial make the copy in STORE/tmp and rename it into
+// place once whole, as ensureDir does.
+func (v *View) copySymlink(src *layer, rel string, e *Entry, pfd int, name string) error {
 	target, err := src.readlink(rel)
 	if err != nil {
 		return err
 	}
-	if err := unix.Symlinkat(target, pfd, name); err != nil {
+	staged := v.store.tmpName()
+	if err := unix.Symlink(target, staged); err != nil {
 		return err
 	}
-	return setOwnerTimes(pfd, name, &e.Stat)
+	if err := setOwnerTimes(unix.AT_FDCWD, staged, &e.Stat); err != nil {
+		unix.Unlink(staged)
+		return err
+	}
+	return v.store.placeNew("copyup", staged, pfd, name)
 }
 
-func copySpecial(src *layer, rel string, e *Entry, pfd int, name string) error {
-	if err := unix.Mknodat(pfd, name, e.Stat.Mode, int(e.Stat.Rdev)); err != nil {
+func (v *View) copySpecial(src *layer, rel string, e *Entry, pfd int, name string) error {
+	staged := v.store.tmpName()
+	if err := unix.Mknod(staged, e.Stat.Mode, int(e.Stat.Rdev)); err != nil {
 		return err
 	}
 	if sfd, err := src.open(rel, unix.O_PATH|unix.O_NOFOLLOW, 0); err == nil {
-		copyXattrs(sfd, pfd, name)
+		copyXattrs(sfd, unix.AT_FDCWD, staged)
 		unix.Close(sfd)
 	}
-	if err := setOwnerTimes(pfd, name, &e.Stat); err != nil {
+	err := setOwnerTimes(unix.AT_FDCWD, staged, &e.Stat)
+	if err == nil {
+		err = chmodAt(unix.AT_FDCWD, staged, e.Stat.Mode&07777)
+	}
+	if err != nil {
+		unix.Unlink(staged)
 		return err
 	}
-	return chmodAt(pfd, name, e.Stat.Mode&07777)
+	return v.store.placeNew("copyup", staged, pfd, name)
 }
 
 func (l *layer) readlink(rel string) (string, error) {

@@ -12,15 +12,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// opaqueXattr marks a delta directory that hides everything below it at the
-// same path (a directory deleted and recreated in the branch). The trusted
-// namespace needs CAP_SYS_ADMIN, so unprivileged daemons use user.
-var opaqueXattr = func() string {
-	if os.Geteuid() == 0 {
-		return "trusted.branchfs.opaque"
-	}
-	return "user.branchfs.opaque"
-}()
+// Markers. A tombstone is an empty regular file carrying whiteoutXattr; an
+// opaque directory (one deleted and made again in a branch, which hides
+// everything below it at the same path) carries opaqueXattr. Both are in
+// the user namespace, which an unprivileged daemon may write and tmpfs
+// supports (Linux 6.6), and no user file can carry them: a view refuses
+// internal xattrs and copy-up drops them. A user's own 0/0 character device
+// is therefore only a device. Stores of format 1 used 0/0 character devices
+// and, as root, trusted.branchfs.opaque; Open converts them (markers.go).
+const (
+	whiteoutXattr = "user.branchfs.whiteout"
+	opaqueXattr   = "user.branchfs.opaque"
+)
 
 // IsInternalXattr reports names that belong to branchfs and are never shown
 // through a view nor accepted from one.
@@ -228,9 +231,29 @@ func (l *layer) setOpaque(rel string) error {
 	return unix.Setxattr(procPath(fd), opaqueXattr, []byte("y"), 0)
 }
 
-// isWhiteout reports a tombstone: a 0/0 character device, as overlayfs uses.
-func isWhiteout(st *unix.Stat_t) bool {
-	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
+// isWhiteout reports whether name in directory dirfd, whose attributes are
+// st, is a tombstone. This is the one test of a tombstone: the lookup, the
+// listing, the commit and the scrub all use it. Only an empty regular file
+// costs a system call.
+func isWhiteout(dirfd int, name string, st *unix.Stat_t) bool {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 0 {
+		return false
+	}
+	_, err := getxattrAt(dirfd, name, whiteoutXattr, nil)
+	return err == nil
+}
+
+// isWhiteoutRel is isWhiteout for rel beneath the layer root.
+func (l *layer) isWhiteoutRel(rel string, st *unix.Stat_t) bool {
+	if !l.delta || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 0 {
+		return false
+	}
+	pfd, name, err := l.parent(rel)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(pfd)
+	return isWhiteout(pfd, name, st)
 }
 
 // procPath names an O_PATH descriptor so that calls without an *at form

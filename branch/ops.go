@@ -2,6 +2,7 @@ package branch
 
 import (
 	"errors"
+	"os"
 	"path"
 
 	"golang.org/x/sys/unix"
@@ -77,8 +78,9 @@ const openFlags = unix.O_ACCMODE | unix.O_APPEND | unix.O_DIRECT | unix.O_DIRECT
 	unix.O_SYNC | unix.O_NOATIME | unix.O_NONBLOCK | unix.O_LARGEFILE | unix.O_TRUNC
 
 // prepareNew readies the top layer for a new entry at rel and returns the
-// top-layer parent directory and name. hidden reports that something below
-// was deleted under that name, so a new directory must be opaque.
+// top-layer parent directory and name. hidden reports a tombstone in the top
+// layer at that name: the new entry must replace it (see makeNew), and a
+// new directory must be opaque.
 func (v *View) prepareNew(rel string) (pfd int, name string, hidden bool, err error) {
 	if err := v.CheckWritable(); err != nil {
 		return -1, "", false, err
@@ -102,8 +104,6 @@ func (v *View) prepareNew(rel string) (pfd int, name string, hidden bool, err er
 	if !errors.Is(err, unix.ENOENT) {
 		return -1, "", false, err
 	}
-	// A tombstone in the top layer takes the name: it goes, and the
-	// lookup that found it saves a stat of the name.
 	hidden = tomb == 0
 	top := v.layers[0]
 	if pfd, err = top.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0); isNotExist(err) {
@@ -115,13 +115,28 @@ func (v *View) prepareNew(rel string) (pfd int, name string, hidden bool, err er
 	if err != nil {
 		return -1, "", false, err
 	}
-	if hidden {
-		if err := unix.Unlinkat(pfd, name, 0); err != nil {
-			unix.Close(pfd)
-			return -1, "", false, err
-		}
-	}
 	return pfd, name, hidden, nil
+}
+
+// makeNew calls mk to make a new entry at name in directory pfd. Over a
+// tombstone (hidden), mk makes it in a staging directory that gives new
+// entries what pfd would, and a rename swaps it for the tombstone: removing
+// the tombstone first would show what it hides until the entry is made, and
+// for good if the daemon died in between.
+func (v *View) makeNew(pfd int, name string, hidden bool, op string, mk func(dirfd int, name string) error) error {
+	if !hidden {
+		return mk(pfd, name)
+	}
+	dir, dfd, err := v.store.stageDir(pfd)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	defer unix.Close(dfd)
+	if err := mk(dfd, "new"); err != nil {
+		return err
+	}
+	return v.store.install(op, dir+"/new", pfd, name)
 }
 
 // own gives a new entry to its creator. A set-group-ID directory decides
@@ -162,7 +177,7 @@ func ownStat(pfd int, name string, st *unix.Stat_t, o Owner, mode uint32) (chang
 
 // Create makes and opens a regular file.
 func (v *View) Create(rel string, flags int, mode uint32, o Owner) (int, *Entry, error) {
-	pfd, name, _, err := v.prepareNew(rel)
+	pfd, name, hidden, err := v.prepareNew(rel)
 	if errors.Is(err, unix.EEXIST) && flags&unix.O_EXCL == 0 {
 		return v.Open(rel, flags)
 	}
@@ -170,21 +185,30 @@ func (v *View) Create(rel string, flags int, mode uint32, o Owner) (int, *Entry,
 		return -1, nil, err
 	}
 	defer unix.Close(pfd)
-	fd, err := unix.Openat(pfd, name, flags&openFlags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
-	if err != nil {
-		return -1, nil, err
-	}
+	fd := -1
 	e := &Entry{Layer: 0}
-	err = unix.Fstat(fd, &e.Stat)
-	if err == nil {
-		var changed bool
-		if changed, err = ownStat(pfd, name, &e.Stat, o, mode); changed && err == nil {
-			err = unix.Fstat(fd, &e.Stat)
+	err = v.makeNew(pfd, name, hidden, "create", func(dfd int, name string) error {
+		var err error
+		fd, err = unix.Openat(dfd, name, flags&openFlags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+		if err != nil {
+			return err
 		}
-	}
+		err = unix.Fstat(fd, &e.Stat)
+		if err == nil {
+			var changed bool
+			if changed, err = ownStat(dfd, name, &e.Stat, o, mode); changed && err == nil {
+				err = unix.Fstat(fd, &e.Stat)
+			}
+		}
+		if err != nil {
+			unix.Unlinkat(dfd, name, 0)
+		}
+		return err
+	})
 	if err != nil {
-		unix.Close(fd)
-		unix.Unlinkat(pfd, name, 0)
+		if fd >= 0 {
+			unix.Close(fd)
+		}
 		return -1, nil, err
 	}
 	return fd, e, nil
@@ -197,17 +221,19 @@ func (v *View) Mkdir(rel string, mode uint32, o Owner) (*Entry, error) {
 		return nil, err
 	}
 	defer unix.Close(pfd)
-	if err := unix.Mkdirat(pfd, name, mode); err != nil {
-		return nil, err
-	}
-	if hidden || v.lowerHas(rel) {
-		if err := v.layers[0].setOpaque(rel); err != nil {
-			unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR)
-			return nil, err
+	err = v.makeNew(pfd, name, hidden, "mkdir", func(dfd int, name string) error {
+		if err := unix.Mkdirat(dfd, name, mode); err != nil {
+			return err
 		}
-	}
+		if hidden { // made where one was deleted: nothing below shows in it
+			if err := setxattrAt(dfd, name, opaqueXattr, []byte("y")); err != nil {
+				return err
+			}
+		}
+		return own(dfd, name, o, mode)
+	})
 	v.invalidate()
-	if err := own(pfd, name, o, mode); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	return v.Stat(rel)
@@ -215,18 +241,18 @@ func (v *View) Mkdir(rel string, mode uint32, o Owner) (*Entry, error) {
 
 // Mknod makes a fifo, socket or device node.
 func (v *View) Mknod(rel string, mode, dev uint32, o Owner) (*Entry, error) {
-	if v.layers[0].delta && mode&unix.S_IFMT == unix.S_IFCHR && dev == 0 {
-		return nil, unix.EPERM // indistinguishable from a tombstone
-	}
-	pfd, name, _, err := v.prepareNew(rel)
+	pfd, name, hidden, err := v.prepareNew(rel)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(pfd)
-	if err := unix.Mknodat(pfd, name, mode, int(dev)); err != nil {
-		return nil, err
-	}
-	if err := own(pfd, name, o, mode); err != nil {
+	err = v.makeNew(pfd, name, hidden, "mknod", func(dfd int, name string) error {
+		if err := unix.Mknodat(dfd, name, mode, int(dev)); err != nil {
+			return err
+		}
+		return own(dfd, name, o, mode)
+	})
+	if err != nil {
 		return nil, err
 	}
 	return v.Stat(rel)
@@ -234,15 +260,18 @@ func (v *View) Mknod(rel string, mode, dev uint32, o Owner) (*Entry, error) {
 
 // Symlink makes a symbolic link at rel pointing to target.
 func (v *View) Symlink(target, rel string, o Owner) (*Entry, error) {
-	pfd, name, _, err := v.prepareNew(rel)
+	pfd, name, hidden, err := v.prepareNew(rel)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(pfd)
-	if err := unix.Symlinkat(target, pfd, name); err != nil {
-		return nil, err
-	}
-	if err := own(pfd, name, o, 0); err != nil {
+	err = v.makeNew(pfd, name, hidden, "symlink", func(dfd int, name string) error {
+		if err := unix.Symlinkat(target, dfd, name); err != nil {
+			return err
+		}
+		return own(dfd, name, o, 0)
+	})
+	if err != nil {
 		return nil, err
 	}
 	return v.Stat(rel)
@@ -256,7 +285,7 @@ func (v *View) Link(oldRel, newRel string) (*Entry, error) {
 	if _, err := v.copyUp(oldRel, true); err != nil {
 		return nil, err
 	}
-	pfd, name, _, err := v.prepareNew(newRel)
+	pfd, name, hidden, err := v.prepareNew(newRel)
 	if err != nil {
 		return nil, err
 	}
@@ -266,14 +295,20 @@ func (v *View) Link(oldRel, newRel string) (*Entry, error) {
 		return nil, err
 	}
 	defer unix.Close(opfd)
-	if err := unix.Linkat(opfd, oname, pfd, name, 0); err != nil {
+	err = v.makeNew(pfd, name, hidden, "link", func(dfd int, name string) error {
+		return unix.Linkat(opfd, oname, dfd, name, 0)
+	})
+	if err != nil {
 		return nil, err
 	}
 	return v.Stat(newRel)
 }
 
-// whiteout records in the top layer that rel is deleted.
-func (v *View) whiteout(rel string) error {
+// whiteout records in the top layer that rel is deleted: a tombstone made
+// whole in STORE/tmp replaces what the top layer has there, if anything, in
+// one rename. Removing that first and then making the tombstone would show
+// what lies below in between, and for good after a crash there.
+func (v *View) whiteout(rel, op string) error {
 	dir, _ := path.Split(rel)
 	if err := v.ensureDir(trimSlash(dir)); err != nil {
 		return err
@@ -283,7 +318,11 @@ func (v *View) whiteout(rel string) error {
 		return err
 	}
 	defer unix.Close(pfd)
-	return unix.Mknodat(pfd, name, unix.S_IFCHR, 0)
+	t, err := v.store.stageWhiteout()
+	if err != nil {
+		return err
+	}
+	return v.store.install(op, t, pfd, name)
 }
 
 // Unlink removes a non-directory.
@@ -298,22 +337,15 @@ func (v *View) Unlink(rel string) error {
 	if e.IsDir() {
 		return unix.EISDIR
 	}
-	below := v.lowerHas(rel)
-	if e.Layer == 0 {
-		pfd, name, err := v.layers[0].parent(rel)
-		if err != nil {
-			return err
-		}
-		err = unix.Unlinkat(pfd, name, 0)
-		unix.Close(pfd)
-		if err != nil {
-			return err
-		}
+	if v.lowerHas(rel) {
+		return v.whiteout(rel, "unlink")
 	}
-	if below {
-		return v.whiteout(rel)
+	pfd, name, err := v.layers[0].parent(rel)
+	if err != nil {
+		return err
 	}
-	return nil
+	defer unix.Close(pfd)
+	return unix.Unlinkat(pfd, name, 0)
 }
 
 // Rmdir removes an empty directory.
@@ -336,26 +368,23 @@ func (v *View) Rmdir(rel string) error {
 	} else if len(ents) > 0 {
 		return unix.ENOTEMPTY
 	}
-	below := v.lowerHas(rel)
-	if e.dirs[0] == 0 {
-		if err := v.clearTombstones(rel); err != nil {
-			return err
-		}
-		pfd, name, err := v.layers[0].parent(rel)
-		if err != nil {
-			return err
-		}
-		err = unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR)
-		unix.Close(pfd)
-		if err != nil {
-			return err
-		}
+	defer v.invalidate()
+	if v.lowerHas(rel) {
+		// The top layer's copy, which holds only tombstones, goes with
+		// the same rename that puts the tombstone in its place.
+		return v.whiteout(rel, "rmdir")
 	}
-	v.invalidate()
-	if below {
-		return v.whiteout(rel)
+	// Nothing lies below: the tombstones in the top layer's copy hide
+	// nothing, and removing them first shows nothing.
+	if err := v.clearTombstones(rel); err != nil {
+		return err
 	}
-	return nil
+	pfd, name, err := v.layers[0].parent(rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	return unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR)
 }
 
 // clearTombstones empties a top-layer directory that shows no entries, so
@@ -379,7 +408,7 @@ func (v *View) clearTombstones(rel string) error {
 		if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			continue
 		}
-		if !isWhiteout(&st) {
+		if !isWhiteout(fd, n, &st) {
 			return unix.ENOTEMPTY
 		}
 		if err := unix.Unlinkat(fd, n, 0); err != nil {
@@ -487,26 +516,24 @@ func (v *View) Rename(oldRel, newRel string, flags uint) error {
 		if err := v.bringUp(newRel, en); err != nil {
 			return err
 		}
-	} else if en != nil && en.IsDir() && en.dirs[0] == 0 {
-		if err := v.clearTombstones(newRel); err != nil {
-			return err
-		}
 	}
 	newDir, _ := path.Split(newRel)
 	if err := v.ensureDir(trimSlash(newDir)); err != nil {
 		return err
 	}
-	needTombstone := !exchange && v.lowerHas(oldRel)
-	// A directory that lands where a lower layer has the name must hide it;
-	// in an exchange that holds for both sides.
-	hideAtNew := eo.IsDir() && v.lowerHas(newRel)
-	hideAtOld := exchange && en.IsDir() && v.lowerHas(oldRel)
 	top := v.layers[0]
-	if st, err := top.lstat(newRel); err == nil && top.delta && isWhiteout(&st) {
-		// The name is free in the view: rename(2) must not see the
-		// tombstone (it is a non-directory, and it exists for NOREPLACE).
-		// What moves there hides what lies below, as the tombstone did.
-		if err := top.removeAll(newRel); err != nil {
+	defer v.invalidate()
+	// A directory that lands where a lower layer has the name must hide
+	// it; in an exchange that holds for both sides. The mark goes on first,
+	// where it hides nothing yet: a directory that merged lower ones was
+	// made opaque by bringUp, so one without it has nothing below.
+	if eo.IsDir() && v.lowerHas(newRel) {
+		if err := top.setOpaque(oldRel); err != nil {
+			return err
+		}
+	}
+	if exchange && en.IsDir() && v.lowerHas(oldRel) {
+		if err := top.setOpaque(newRel); err != nil {
 			return err
 		}
 	}
@@ -520,30 +547,70 @@ func (v *View) Rename(oldRel, newRel string, flags uint) error {
 		return err
 	}
 	defer unix.Close(npfd)
-	defer v.invalidate()
-	if needTombstone {
-		// RENAME_WHITEOUT moves and leaves the tombstone in one step.
-		err = unix.Renameat2(opfd, oname, npfd, nname, flags|unix.RENAME_WHITEOUT)
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EPERM) {
-			if err = unix.Renameat2(opfd, oname, npfd, nname, flags); err == nil {
-				err = unix.Mknodat(opfd, oname, unix.S_IFCHR, 0)
-			}
-		}
-	} else {
-		err = unix.Renameat2(opfd, oname, npfd, nname, flags)
+	if exchange {
+		return unix.Renameat2(opfd, oname, npfd, nname, flags)
 	}
+	needTombstone := v.lowerHas(oldRel)
+	tomb := false
+	if st, err := top.lstat(newRel); err == nil && top.delta {
+		tomb = isWhiteout(npfd, nname, &st)
+		if !tomb && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			// Empty in the view, but its tombstones stop rename(2): a
+			// tombstone takes its place first.
+			if err := v.whiteout(newRel, "rename"); err != nil {
+				return err
+			}
+			tomb = true
+		}
+	} else if err != nil && !isNotExist(err) {
+		return err
+	}
+	if !tomb && needTombstone && eo.IsDir() {
+		// A tombstone in the free name, to swap with (below).
+		if err := v.whiteout(newRel, "rename"); err != nil {
+			return err
+		}
+		tomb = true
+	}
+	switch {
+	case tomb:
+		// Swapping with the tombstone moves the entry and leaves the
+		// tombstone at the old name, in one step.
+		if err := unix.Renameat2(opfd, oname, npfd, nname, unix.RENAME_EXCHANGE); err != nil {
+			return err
+		}
+		if !needTombstone { // it would hide nothing
+			failpoint("rename-exchanged") // done: a failure here changes nothing
+			return unix.Unlinkat(opfd, oname, 0)
+		}
+		return nil
+	case !needTombstone:
+		return unix.Renameat2(opfd, oname, npfd, nname, flags)
+	}
+	// A non-directory whose old name needs a tombstone: a second link
+	// takes the new name (replacing what is there), then the tombstone
+	// replaces the old one. In between both names show the file, as
+	// rename(2) allows; never the file below.
+	t, err := v.store.stageWhiteout()
 	if err != nil {
 		return err
 	}
-	if hideAtNew {
-		if err := top.setOpaque(newRel); err != nil {
-			return err
-		}
+	tmp := v.store.tmpName()
+	err = unix.Linkat(opfd, oname, unix.AT_FDCWD, tmp, 0)
+	if err == nil {
+		err = unix.Renameat2(unix.AT_FDCWD, tmp, npfd, nname, flags)
 	}
-	if hideAtOld {
-		return top.setOpaque(oldRel)
+	if err != nil {
+		unix.Unlink(tmp)
+		unix.Unlink(t)
+		return err
 	}
-	return nil
+	if err := failpoint("rename-linked"); err != nil {
+		// The new name has the file; the old one must keep it too.
+		unix.Unlink(t)
+		return err
+	}
+	return unix.Renameat(unix.AT_FDCWD, t, opfd, oname)
 }
 
 // topEntry copies rel up and calls fn with its top-layer parent and name.

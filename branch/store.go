@@ -56,7 +56,9 @@ func (s State) String() string {
 	return "aborted"
 }
 
-const formatVersion = 1
+// formatVersion 2 marks tombstones and opaque directories with user
+// xattrs (layer.go); Open converts a store of format 1 (markers.go).
+const formatVersion = 2
 
 type storeMeta struct {
 	Version int    `json:"version"`
@@ -188,6 +190,14 @@ func Open(dir, base string) (*Store, error) {
 	s.apart = storeMnt != baseMnt
 	// Leftovers of creations and deletions a crash interrupted.
 	emptyDir(filepath.Join(dir, "tmp"))
+	if err := s.checkXattrs(); err != nil {
+		return nil, err
+	}
+	if s.meta.Version == 1 {
+		if err := s.upgradeMarkers(); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.load(); err != nil {
 		return nil, err
 	}
@@ -223,8 +233,7 @@ func (s *Store) loadMeta(base string) error {
 	data, err := os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
 		s.meta = storeMeta{Version: formatVersion, Base: base}
-		data, _ := json.MarshalIndent(&s.meta, "", "  ")
-		return renameio.WriteFile(p, append(data, '\n'), 0o600)
+		return s.writeMeta()
 	}
 	if err != nil {
 		return err
@@ -232,13 +241,18 @@ func (s *Store) loadMeta(base string) error {
 	if err := json.Unmarshal(data, &s.meta); err != nil {
 		return fmt.Errorf("%s: %w", p, err)
 	}
-	if s.meta.Version != formatVersion {
+	if s.meta.Version != formatVersion && s.meta.Version != 1 {
 		return fmt.Errorf("%s: unsupported format version %d", p, s.meta.Version)
 	}
 	if s.meta.Base != base {
 		return fmt.Errorf("store %s belongs to base %s, not %s", s.dir, s.meta.Base, base)
 	}
 	return nil
+}
+
+func (s *Store) writeMeta() error {
+	data, _ := json.MarshalIndent(&s.meta, "", "  ")
+	return renameio.WriteFile(filepath.Join(s.dir, "branchfs.json"), append(data, '\n'), 0o600)
 }
 
 func (s *Store) logPath() string             { return filepath.Join(s.dir, "log") }

@@ -219,7 +219,7 @@ func (v *View) lookupTomb(parentLayers []int, rel, name string, merge bool) (*En
 		if err != nil {
 			return nil, -1, err
 		}
-		if l.delta && isWhiteout(&st) {
+		if l.isWhiteoutRel(rel, &st) {
 			tomb = i
 			break
 		}
@@ -274,7 +274,7 @@ func (v *View) atShown(rel string, fn func(dirfd int, name string) error) error 
 		if l.delta {
 			var st unix.Stat_t
 			err = unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
-			if err == nil && isWhiteout(&st) {
+			if err == nil && isWhiteout(pfd, name, &st) {
 				unix.Close(pfd)
 				return unix.ENOENT
 			}
@@ -414,7 +414,9 @@ func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []
 		}
 		de := DirEntry{Name: name, Type: d.Type, Ino: d.Ino, Layer: index}
 		plus := skip != nil && !skip(name)
-		if plus || hideWhiteouts && d.Type == syscall.DT_CHR {
+		// A tombstone is a regular file; the type may be unknown.
+		maybeTomb := hideWhiteouts && (d.Type == syscall.DT_REG || d.Type == syscall.DT_UNKNOWN)
+		if plus || maybeTomb {
 			var st unix.Stat_t
 			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				if !isNotExist(err) && firstErr == nil {
@@ -422,7 +424,7 @@ func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []
 				}
 				return // gone since getdents
 			}
-			if hideWhiteouts && isWhiteout(&st) {
+			if maybeTomb && isWhiteout(fd, name, &st) {
 				return
 			}
 			if plus {
