@@ -211,3 +211,116 @@ func wantNoStage(t *testing.T, m *mount) {
 		}
 	}
 }
+
+// TestCrashDuringOperation kills the daemon at each step of the operations
+// that replace an entry of a branch (tombstones, opaque directories,
+// copy-up, a new file over a deleted one) and checks after a restart that
+// the operation that was cut short happened whole or not at all, and that
+// nothing done before it was undone.
+func TestCrashDuringOperation(t *testing.T) {
+	type crashCase struct {
+		point string
+		// before runs operations that complete; op is cut short.
+		before, op func(t *testing.T, b string)
+		// check looks at the branch after the restart.
+		check func(t *testing.T, b string)
+	}
+	rmBase := func(t *testing.T, b string) { must(t, os.Remove(filepath.Join(b, "dir", "sub", "b"))) }
+	emptySubOrGone := func(t *testing.T, b string) {
+		wantMissing(t, filepath.Join(b, "dir", "sub", "b"))
+		if ents, err := os.ReadDir(filepath.Join(b, "dir", "sub")); err == nil && len(ents) > 0 {
+			t.Errorf("dir/sub after the crash holds %v", ents)
+		}
+	}
+	rmDir := func(t *testing.T, b string) { must(t, os.RemoveAll(filepath.Join(b, "dir"))) }
+	mkDir := func(t *testing.T, b string) { os.Mkdir(filepath.Join(b, "dir"), 0o755) }
+	newDirEmptyOrGone := func(t *testing.T, b string) {
+		if ents, err := os.ReadDir(filepath.Join(b, "dir")); err == nil && len(ents) > 0 {
+			t.Errorf("dir deleted and made again holds %v after the crash", ents)
+		}
+	}
+	rmFile := func(t *testing.T, b string) { must(t, os.Remove(filepath.Join(b, "file"))) }
+	cutRm := func(t *testing.T, b string) { os.Remove(filepath.Join(b, "file")) }
+	newOrGone := func(p, want string) func(t *testing.T, b string) {
+		return func(t *testing.T, b string) {
+			if data, err := os.ReadFile(filepath.Join(b, p)); err == nil && string(data) != want {
+				t.Errorf("%s after the crash = %q; want %q or missing", p, data, want)
+			}
+		}
+	}
+	cases := []crashCase{
+		// unlink of a copied-up file that the base has too
+		{"unlink-staged", func(t *testing.T, b string) { writeFile(t, filepath.Join(b, "file"), "branch\n") },
+			cutRm, newOrGone("file", "branch\n")},
+		{"unlink-placed", func(t *testing.T, b string) { writeFile(t, filepath.Join(b, "file"), "branch\n") },
+			cutRm, func(t *testing.T, b string) { wantMissing(t, filepath.Join(b, "file")) }},
+		// rmdir of a base directory emptied in the branch
+		{"rmdir-staged", rmBase, func(t *testing.T, b string) { os.Remove(filepath.Join(b, "dir", "sub")) }, emptySubOrGone},
+		{"rmdir-placed", rmBase, func(t *testing.T, b string) { os.Remove(filepath.Join(b, "dir", "sub")) },
+			func(t *testing.T, b string) { wantMissing(t, filepath.Join(b, "dir", "sub")) }},
+		// rm -rf dir; mkdir dir
+		{"mkdir-staged", rmDir, mkDir, newDirEmptyOrGone},
+		{"mkdir-placed", rmDir, mkDir, func(t *testing.T, b string) {
+			newDirEmptyOrGone(t, b)
+			if _, err := os.Stat(filepath.Join(b, "dir")); err != nil {
+				t.Errorf("dir made again: %v", err)
+			}
+		}},
+		// a new file where a base file was deleted
+		{"create-staged", rmFile, func(t *testing.T, b string) { os.WriteFile(filepath.Join(b, "file"), []byte("new\n"), 0o644) },
+			newOrGone("file", "")},
+		{"create-placed", rmFile, func(t *testing.T, b string) { os.WriteFile(filepath.Join(b, "file"), []byte("new\n"), 0o644) },
+			newOrGone("file", "")},
+		// rename of a changed base file: both names may show it, the old
+		// name never shows the base's version
+		{"rename-linked", func(t *testing.T, b string) { writeFile(t, filepath.Join(b, "file"), "branch\n") },
+			func(t *testing.T, b string) { os.Rename(filepath.Join(b, "file"), filepath.Join(b, "renamed")) },
+			func(t *testing.T, b string) {
+				wantContent(t, filepath.Join(b, "renamed"), "branch\n")
+				newOrGone("file", "branch\n")(t, b)
+			}},
+		// rename of a base directory with a deleted entry
+		{"rename-staged", func(t *testing.T, b string) { must(t, os.Remove(filepath.Join(b, "dir", "a"))) },
+			func(t *testing.T, b string) { os.Rename(filepath.Join(b, "dir"), filepath.Join(b, "moved")) },
+			func(t *testing.T, b string) {
+				wantMissing(t, filepath.Join(b, "dir", "a"))
+				wantMissing(t, filepath.Join(b, "moved", "a"))
+				wantContent(t, filepath.Join(b, "dir", "sub", "b"), "b\n")
+			}},
+		// a new file renamed over a deleted base file
+		{"rename-exchanged", func(t *testing.T, b string) {
+			writeFile(t, filepath.Join(b, "new"), "new\n")
+			rmFile(t, b)
+		}, func(t *testing.T, b string) { os.Rename(filepath.Join(b, "new"), filepath.Join(b, "file")) },
+			func(t *testing.T, b string) {
+				wantContent(t, filepath.Join(b, "file"), "new\n")
+				wantMissing(t, filepath.Join(b, "new"))
+			}},
+		// copy-up of a directory for a chmod: never half made
+		{"copyup-staged", func(t *testing.T, b string) { must(t, os.Remove(filepath.Join(b, "file"))) },
+			func(t *testing.T, b string) { os.Chmod(filepath.Join(b, "dir", "sub"), 0o700) },
+			func(t *testing.T, b string) {
+				wantMissing(t, filepath.Join(b, "file"))
+				for _, p := range []string{"dir", "dir/sub"} {
+					if fi, err := os.Stat(filepath.Join(b, p)); err != nil || fi.Mode().Perm() != 0o755 {
+						t.Errorf("%s after the crash: %v %v", p, fi.Mode(), err)
+					}
+				}
+				wantContent(t, filepath.Join(b, "dir", "sub", "b"), "b\n")
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.point, func(t *testing.T) {
+			m := newMount(t, "", "BRANCHFS_FAILPOINT="+c.point)
+			b := m.create("b")
+			c.before(t, b)
+			c.op(t, b)
+			m.waitDead()
+			m.env = nil
+			m.start()
+			c.check(t, m.view("b"))
+			wantContent(t, filepath.Join(m.base, "file"), "base file\n")
+			wantContent(t, filepath.Join(m.base, "dir", "sub", "b"), "b\n")
+		})
+	}
+}
