@@ -18,6 +18,9 @@ import (
 
 // stageWhiteout makes a tombstone in STORE/tmp and returns its path.
 func (s *Store) stageWhiteout() (string, error) {
+	if s.noMarkers != nil {
+		return "", s.noMarkers
+	}
 	p := s.tmpName()
 	fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -151,8 +154,11 @@ func setxattrAt(dirfd int, name, attr string, val []byte) error {
 	return unix.Setxattr(procPath(fd), attr, val, 0)
 }
 
-// checkXattrs fails with a clear error when the store's filesystem cannot
-// hold the user xattrs that mark tombstones and opaque directories.
+// checkXattrs finds out whether the store's filesystem can hold the user
+// xattrs that mark tombstones and opaque directories. Where it cannot
+// (ramfs), a branch works until it would need one: deleting or renaming
+// what a lower layer has then fails with EOPNOTSUPP and changes nothing,
+// and MarkerError says why.
 func (s *Store) checkXattrs() error {
 	p := s.tmpName()
 	fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
@@ -163,9 +169,21 @@ func (s *Store) checkXattrs() error {
 	unix.Close(fd)
 	unix.Unlink(p)
 	if err != nil {
-		return fmt.Errorf("store %s: its filesystem cannot hold user extended attributes (%w), which mark deleted files; choose another --store", s.dir, err)
+		s.noMarkers = fmt.Errorf("store %s: its filesystem cannot hold user extended attributes, which mark files deleted in a branch; choose another --store: %w", s.dir, err)
 	}
 	return nil
+}
+
+// MarkerError is nil, or says why this store cannot record deletions of
+// lower files (see checkXattrs).
+func (s *Store) MarkerError() error { return s.noMarkers }
+
+// setOpaque is layer.setOpaque, failing at once where the store cannot.
+func (s *Store) setOpaque(l *layer, rel string) error {
+	if s.noMarkers != nil {
+		return s.noMarkers
+	}
+	return l.setOpaque(rel)
 }
 
 // v1Opaque is the opaque marker a format 1 store made as root.

@@ -123,9 +123,10 @@ func TestFormat1StoreConverted(t *testing.T) {
 	}
 }
 
-// A store on a filesystem without user xattrs (ramfs) is refused with an
-// error that says why, before anything is written to it.
-func TestStoreWithoutXattrsRefused(t *testing.T) {
+// A store on a filesystem without user xattrs (ramfs) works until a
+// deletion needs a tombstone: that fails with EOPNOTSUPP, says why, and
+// changes nothing.
+func TestStoreWithoutXattrs(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("mounting ramfs needs root")
 	}
@@ -135,10 +136,40 @@ func TestStoreWithoutXattrsRefused(t *testing.T) {
 	}
 	defer unix.Unmount(dir, unix.MNT_DETACH)
 	base := filepath.Join(dir, "base")
-	os.Mkdir(base, 0o755)
-	_, err := Open(filepath.Join(dir, "store"), base)
-	if err == nil || !strings.Contains(err.Error(), "extended attributes") {
-		t.Fatalf("Open on ramfs: %v, want an error about extended attributes", err)
+	os.MkdirAll(filepath.Join(base, "d"), 0o755)
+	os.WriteFile(filepath.Join(base, "f"), []byte("base"), 0o644)
+	s, err := Open(filepath.Join(dir, "store"), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.MarkerError(); err == nil || !strings.Contains(err.Error(), "extended attributes") {
+		t.Errorf("MarkerError = %v, want one about extended attributes", err)
+	}
+	v, _ := s.Create("b", MainName)
+	write(t, v, "f", "changed")
+	for what, err := range map[string]error{
+		"unlink":      v.Unlink("f"),
+		"rmdir":       v.Rmdir("d"),
+		"rename file": v.Rename("f", "g", 0),
+		"rename dir":  v.Rename("d", "e", 0),
+	} {
+		if !errors.Is(err, unix.EOPNOTSUPP) || !strings.Contains(err.Error(), "extended attributes") {
+			t.Errorf("%s: %v, want EOPNOTSUPP saying why", what, err)
+		}
+	}
+	if got := readView(t, v, "f"); got != "changed" {
+		t.Errorf("f = %q after the failed deletions", got)
+	}
+	for _, rel := range []string{"d", "f"} {
+		if _, err := v.Lookup(rel); err != nil {
+			t.Errorf("%s after the failed deletions: %v", rel, err)
+		}
+	}
+	for _, rel := range []string{"g", "e"} {
+		if _, err := v.Lookup(rel); !errors.Is(err, unix.ENOENT) {
+			t.Errorf("%s after the failed renames: %v", rel, err)
+		}
 	}
 }
 

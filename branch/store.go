@@ -132,6 +132,8 @@ type Store struct {
 	// crashes of the daemon (the record is in the page cache, which
 	// outlives the process) but not across power loss.
 	Durable bool
+	// noMarkers says why the store cannot hold tombstones (checkXattrs).
+	noMarkers error
 	// MaxBranches, when above zero, limits how many branches may be live
 	// or stale at once; Create fails with ErrTooMany beyond it.
 	MaxBranches int

@@ -277,6 +277,9 @@ func serve(mnt, base, storeDir string, opts fs.Options, readyFd, maxBranches int
 		return fail(err)
 	}
 	defer st.Close()
+	if err := st.MarkerError(); err != nil {
+		fmt.Fprintln(os.Stderr, "branchfs: warning:", err)
+	}
 	st.MaxBranches = maxBranches
 	st.Durable = durable
 	fsys, err := fs.Mount(mnt, st, opts)
