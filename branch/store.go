@@ -914,7 +914,7 @@ func duTree(dir string) (bytes, files int64) {
 			return nil
 		}
 		var st unix.Stat_t
-		if unix.Lstat(p, &st) == nil && !isWhiteout(&st) {
+		if unix.Lstat(p, &st) == nil && !isWhiteout(unix.AT_FDCWD, p, &st) {
 			files++
 			if st.Mode&unix.S_IFMT == unix.S_IFREG {
 				bytes += st.Size
