@@ -498,3 +498,72 @@ func TestCommitDoneOwed(t *testing.T) {
 		t.Errorf("base f = %q after the next mount, want the write made after the commit", data)
 	}
 }
+
+// A commit into a parent branch (whose delta takes tombstones and opaque
+// directories) that fails at any step leaves both views as they were, and
+// then succeeds.
+func TestNestedCommitFailureRollsBack(t *testing.T) {
+	setup := func(t *testing.T) (*Store, *View, *View) {
+		s, _ := newBigStore(t)
+		b, _ := s.Create("b", MainName)
+		write(t, b, "f", "from b")
+		if err := b.Unlink("d/x"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Mkdir("n", 0o755, Owner{}); err != nil {
+			t.Fatal(err)
+		}
+		write(t, b, "n/old", "old")
+		c, _ := s.Create("c", "b")
+		write(t, c, "f", "from c")
+		write(t, c, "d/x", "back")
+		if err := c.Unlink("g1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Unlink("n/old"); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Rmdir("n"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Mkdir("n", 0o700, Owner{}); err != nil {
+			t.Fatal(err)
+		}
+		write(t, c, "n/new", "new")
+		return s, b, c
+	}
+	var points []string
+	s, _, _ := setup(t)
+	setFailHook(t, func(step string) error {
+		if step != "commit-epoch" {
+			points = append(points, step)
+		}
+		return nil
+	})
+	if _, err := s.Commit("c"); err != nil {
+		t.Fatal(err)
+	}
+	for _, point := range points {
+		t.Run(point, func(t *testing.T) {
+			s, b, c := setup(t)
+			bBefore, cBefore := viewTree(t, b, "", nil), viewTree(t, c, "", nil)
+			setFailHook(t, failAt(point, unix.ENOSPC))
+			if _, err := s.Commit("c"); !errors.Is(err, unix.ENOSPC) {
+				t.Fatalf("commit: %v, want ENOSPC", err)
+			}
+			if d := diffTrees(bBefore, viewTree(t, b, "", nil)); d != "" {
+				t.Errorf("parent's view changed by a failed commit: %s", d)
+			}
+			if d := diffTrees(cBefore, viewTree(t, c, "", nil)); d != "" {
+				t.Errorf("branch's view changed by a failed commit: %s", d)
+			}
+			failHook = nil
+			if _, err := s.Commit("c"); err != nil {
+				t.Fatalf("commit retried: %v", err)
+			}
+			if d := diffTrees(cBefore, viewTree(t, b, "", nil)); d != "" {
+				t.Errorf("parent's view after the commit differs from the branch's before: %s", d)
+			}
+		})
+	}
+}

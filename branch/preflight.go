@@ -53,15 +53,24 @@ func (c *commitRun) preflight() error {
 		if err != nil {
 			return err
 		}
-		var st unix.Stat_t
-		if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); isNotExist(err) {
+		// statx reports the two flags, where the filesystem says so, in
+		// one call, without opening the file.
+		var stx unix.Statx_t
+		if err := unix.Statx(pfd, name, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_TYPE, &stx); isNotExist(err) {
 			return nil
 		} else if err != nil {
 			return err
 		}
+		const flags = unix.STATX_ATTR_IMMUTABLE | unix.STATX_ATTR_APPEND
+		if stx.Attributes_mask&flags == flags {
+			if stx.Attributes&flags != 0 {
+				return fmt.Errorf("%s is immutable or append-only (chattr): %w", filepath.Join(d.l.dir, rel), unix.EPERM)
+			}
+			return nil
+		}
 		// Only regular files and directories carry these flags, and only
 		// they can be opened without side effects.
-		if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFDIR {
+		if t := uint32(stx.Mode) & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFDIR {
 			return nil
 		}
 		fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
