@@ -13,6 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// me owns what the tests make, so that they run as any user.
+var me = Owner{Uid: uint32(os.Geteuid()), Gid: uint32(os.Getegid())}
+
 // treeOf describes every entry below root: type, mode and content.
 func treeOf(t *testing.T, root string) map[string]string {
 	t.Helper()
@@ -100,10 +103,10 @@ func changeMuch(t *testing.T, v *View) {
 	if err := v.Unlink("d/x"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.Mkdir("n", 0o755, Owner{}); err != nil {
+	if _, err := v.Mkdir("n", 0o755, me); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.Mkdir("n/deep", 0o700, Owner{}); err != nil {
+	if _, err := v.Mkdir("n/deep", 0o700, me); err != nil {
 		t.Fatal(err)
 	}
 	write(t, v, "n/deep/y", "y")
@@ -116,7 +119,7 @@ func changeMuch(t *testing.T, v *View) {
 	if err := v.Rmdir("e"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.Mkdir("e", 0o755, Owner{}); err != nil {
+	if _, err := v.Mkdir("e", 0o755, me); err != nil {
 		t.Fatal(err)
 	}
 	write(t, v, "e/w", "w")
@@ -354,7 +357,7 @@ func TestCommitRollbackFails(t *testing.T) {
 						t.Errorf("lookup of %s in view %s: %v", StageName, v.Name(), err)
 					}
 				}
-				if _, err := sib.Mkdir(StageName, 0o755, Owner{}); !errors.Is(err, unix.EPERM) {
+				if _, err := sib.Mkdir(StageName, 0o755, me); !errors.Is(err, unix.EPERM) {
 					t.Errorf("mkdir %s in a branch: %v, want EPERM", StageName, err)
 				}
 				failHook = nil
@@ -397,6 +400,9 @@ func chattr(t *testing.T, flag, p string) {
 func TestCommitImmutableTarget(t *testing.T) {
 	for _, tc := range []struct{ flag, path string }{{"+i", "g2"}, {"+a", "g2"}, {"+i", "e"}, {"+a", "d"}} {
 		t.Run(tc.flag+tc.path, func(t *testing.T) {
+			if os.Geteuid() != 0 {
+				t.Skip("chattr needs root")
+			}
 			s, base := newBigStore(t)
 			b, _ := s.Create("b", MainName)
 			changeMuch(t, b)
@@ -510,7 +516,7 @@ func TestNestedCommitFailureRollsBack(t *testing.T) {
 		if err := b.Unlink("d/x"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.Mkdir("n", 0o755, Owner{}); err != nil {
+		if _, err := b.Mkdir("n", 0o755, me); err != nil {
 			t.Fatal(err)
 		}
 		write(t, b, "n/old", "old")
@@ -526,7 +532,7 @@ func TestNestedCommitFailureRollsBack(t *testing.T) {
 		if err := c.Rmdir("n"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Mkdir("n", 0o700, Owner{}); err != nil {
+		if _, err := c.Mkdir("n", 0o700, me); err != nil {
 			t.Fatal(err)
 		}
 		write(t, c, "n/new", "new")

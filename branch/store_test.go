@@ -34,7 +34,7 @@ func write(t *testing.T, v *View, rel, data string) {
 	t.Helper()
 	fd, _, err := v.Open(rel, unix.O_WRONLY|unix.O_TRUNC)
 	if errors.Is(err, unix.ENOENT) {
-		fd, _, err = v.Create(rel, unix.O_WRONLY, 0o644, Owner{})
+		fd, _, err = v.Create(rel, unix.O_WRONLY, 0o644, me)
 	}
 	if err != nil {
 		t.Fatal(err)
