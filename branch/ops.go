@@ -60,6 +60,7 @@ func (v *View) openRead(rel string, flags int) (int, *Entry) {
 			unix.Close(fd)
 			return -1, nil
 		}
+		e.partLinks(rel)
 		if flags&unix.O_NONBLOCK == 0 {
 			if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags&openFlags&^unix.O_ACCMODE); err != nil {
 				unix.Close(fd)
@@ -506,7 +507,7 @@ func (v *View) Rename(oldRel, newRel string, flags uint) error {
 	case en != nil && !exchange && eo.IsDir():
 		return unix.ENOTDIR
 	}
-	if en != nil && en.Layer == eo.Layer && en.Stat.Ino == eo.Stat.Ino {
+	if en != nil && en.Layer == eo.Layer && en.Stat.Ino == eo.Stat.Ino && eo.apart == "" {
 		return nil // two names of one file: rename does nothing
 	}
 	if err := v.bringUp(oldRel, eo); err != nil {

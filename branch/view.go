@@ -1,6 +1,8 @@
 package branch
 
 import (
+	"encoding/binary"
+	"hash/fnv"
 	"path"
 	"sync"
 	"syscall"
@@ -139,6 +141,22 @@ type Entry struct {
 	Stat  unix.Stat_t // from that layer
 	dirs  []int       // for a directory, every layer it merges, top first
 	root  bool        // the view's root
+	// apart is the path of a name that a lower layer shows for a file
+	// with several names (see partLinks).
+	apart string
+}
+
+// partLinks makes an entry that a layer below the top shows, for a file
+// with several names, stand for this name alone: a copy-up copies one name
+// (as overlayfs without an index does), so in a branch the names are files
+// of their own from the start, each with one link and an identity of its
+// own (Identity). Were they one file to the kernel, a write through one
+// name would copy up whichever name the kernel had for it.
+func (e *Entry) partLinks(rel string) {
+	if e.Layer > 0 && e.Stat.Nlink > 1 && e.Stat.Mode&unix.S_IFMT != unix.S_IFDIR {
+		e.apart = rel
+		e.Stat.Nlink = 1
+	}
 }
 
 // IsDir reports a directory entry.
@@ -154,7 +172,16 @@ func (v *View) Identity(e *Entry) (ino, gen uint64) {
 		// its delta directory.
 		return v.store.baseIno, v.id<<8 | v.store.devs[v.store.base.dev]
 	}
-	return e.Stat.Ino, v.id<<8 | v.store.devs[v.layers[e.Layer].dev]
+	gen = v.id<<8 | v.store.devs[v.layers[e.Layer].dev]
+	if e.apart != "" {
+		// The inode number stays the file's, as readdir shows it; the
+		// generation tells the names apart, its top bit from the others.
+		h := fnv.New64a()
+		h.Write(binary.LittleEndian.AppendUint64(nil, gen))
+		h.Write([]byte(e.apart))
+		gen = h.Sum64() | 1<<63
+	}
+	return e.Stat.Ino, gen
 }
 
 // Lookup resolves rel; for a directory, it also finds every layer the
@@ -226,6 +253,9 @@ func (v *View) lookupTomb(parentLayers []int, rel, name string, merge bool) (*En
 		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
 		if e == nil {
 			e = &Entry{Layer: i, Stat: st}
+			if !isDir {
+				e.partLinks(rel)
+			}
 			if !isDir || !merge {
 				return e, -1, nil
 			}
@@ -351,11 +381,12 @@ type DirEntry struct {
 	Ino   uint64
 	Layer int          // the layer that shows it
 	Stat  *unix.Stat_t // with ReadDirPlus, unless skipped
+	apart string       // as Entry's
 }
 
 // Entry is what a listed name resolves to; the listing must come from
 // ReadDirPlus.
-func (d *DirEntry) Entry() *Entry { return &Entry{Layer: d.Layer, Stat: *d.Stat} }
+func (d *DirEntry) Entry() *Entry { return &Entry{Layer: d.Layer, Stat: *d.Stat, apart: d.apart} }
 
 // ReadDir lists directory rel: the union of its layers, without tombstoned
 // names and without duplicates, top layer first.
@@ -387,6 +418,13 @@ func (v *View) readDir(rel string, skip func(name string) bool) ([]DirEntry, err
 		}
 		if out, err = v.layers[i].readDirMerge(rel, i, seen, out, skip, v.layers[i].delta); err != nil {
 			return nil, err
+		}
+	}
+	for i := range out {
+		if d := &out[i]; d.Stat != nil && d.Layer > 0 && d.Stat.Nlink > 1 {
+			e := Entry{Layer: d.Layer, Stat: *d.Stat}
+			e.partLinks(joinRel(rel, d.Name))
+			*d.Stat, d.apart = e.Stat, e.apart
 		}
 	}
 	return out, nil
