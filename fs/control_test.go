@@ -202,6 +202,11 @@ func TestAbortedNameGone(t *testing.T) {
 		readFile(t, filepath.Join(c, "file"))
 		m.ok("abort", c)
 		for _, p := range []string{a, b, c} {
+			// access(F_OK) only walks the path: a name the kernel still
+			// holds passes without asking the daemon.
+			if err := unix.Access(p, unix.F_OK); !errors.Is(err, unix.ENOENT) {
+				t.Fatalf("round %d: access %s after its end: %v", i, p, err)
+			}
 			if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("round %d: %s after its end: %v", i, p, err)
 			}
@@ -252,7 +257,7 @@ func TestControlFileByIdentity(t *testing.T) {
 	outside := t.TempDir()
 	fake := filepath.Join(outside, ".branchfs_ctl")
 	writeFile(t, fake, "not ours\n")
-	for _, args := range [][]string{{"commit", outside}, {"abort", outside}, {"diff", outside}, {"list", outside}} {
+	for _, args := range [][]string{{"commit", outside}, {"abort", outside}, {"diff", outside}, {"list", outside}, {"create", "x", outside}} {
 		_, errOut, code := m.cli(args...)
 		if code != 1 || !strings.Contains(errOut, "is not inside a branchfs mount") {
 			t.Errorf("%v: exit %d: %q", args, code, errOut)
@@ -469,6 +474,12 @@ func TestListCountsAndMessages(t *testing.T) {
 	_, errOut, code := m.cli("commit", s)
 	if want := "branchfs: commit s: " + branch.ErrStale.Error() + " (nothing was committed)\n"; code != 3 || errOut != want {
 		t.Errorf("commit of a stale branch: exit %d: %q, want %q", code, errOut, want)
+	}
+	for _, op := range []string{"commit", "abort", "diff"} {
+		_, errOut, code := m.cli(op, m.view("nosuch"))
+		if want := "branchfs: " + op + " nosuch: " + branch.ErrNotFound.Error(); code != 1 || !strings.HasPrefix(errOut, want) {
+			t.Errorf("%s of no branch: exit %d: %q, want %q", op, code, errOut, want)
+		}
 	}
 	m.ok("create", "x", m.mnt)
 	_, errOut, _ = m.cli("create", "x", m.mnt)

@@ -47,6 +47,16 @@ func findView(p string) (root, name string, err error) {
 	return mnt, branch.MainName, nil
 }
 
+// mountRoot returns the root of the branchfs mount that holds p, and the
+// branch whose view holds p.
+func mountRoot(p string) (root, name string, err error) {
+	root, name, err = findView(p)
+	if err == nil && name != branch.MainName {
+		root = filepath.Dir(root)
+	}
+	return root, name, err
+}
+
 // resolvePrefix resolves the symbolic links of the longest prefix of abs
 // that resolves: further down, a stale branch answers ESTALE.
 func resolvePrefix(abs string) string {
@@ -207,12 +217,15 @@ func createCmd() *cobra.Command {
 			if err := branch.ValidateName(name); err != nil {
 				return fmt.Errorf("create: %w", err)
 			}
-			root := mnt
+			root, _, err := mountRoot(mnt)
+			if err != nil {
+				return fmt.Errorf("create %s: %w", name, err)
+			}
 			if parent != branch.MainName {
 				if err := branch.ValidateName(parent); err != nil {
 					return fmt.Errorf("create %s: parent: %w", name, err)
 				}
-				root = filepath.Join(mnt, fs.BranchPrefix+parent)
+				root = filepath.Join(root, fs.BranchPrefix+parent)
 			}
 			if _, err := control(root, fs.CmdCreate+":"+name); err != nil {
 				if errors.Is(err, os.ErrNotExist) {
@@ -240,7 +253,7 @@ func commitCmd() *cobra.Command {
 			}
 			f, err := openControl(root)
 			if err != nil {
-				return err
+				return explain("commit", name, err)
 			}
 			defer f.Close()
 			if err := kernel.Commit(f); err != nil {
@@ -287,12 +300,9 @@ func listCmd() *cobra.Command {
 		Short: "List live and stale branches with parent, state, epoch and delta size",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			root, name, err := findView(args[0])
+			root, _, err := mountRoot(args[0])
 			if err != nil {
 				return fmt.Errorf("list: %w", err)
-			}
-			if name != branch.MainName {
-				root = filepath.Dir(root)
 			}
 			st, err := readStatus(root, all)
 			if err != nil {
