@@ -308,6 +308,14 @@ func TestCrashDuringOperation(t *testing.T) {
 				}
 				wantContent(t, filepath.Join(b, "dir", "sub", "b"), "b\n")
 			}},
+		// copy-up of a file for a write: the name shows the base's file
+		// or the whole copy
+		{"copyup-staged", func(t *testing.T, b string) { writeFile(t, filepath.Join(b, "new"), "new\n") },
+			func(t *testing.T, b string) { os.WriteFile(filepath.Join(b, "file"), []byte("written\n"), 0o644) },
+			func(t *testing.T, b string) {
+				wantContent(t, filepath.Join(b, "new"), "new\n")
+				wantContent(t, filepath.Join(b, "file"), "base file\n")
+			}},
 	}
 	for _, c := range cases {
 		t.Run(c.point, func(t *testing.T) {

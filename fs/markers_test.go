@@ -1,0 +1,91 @@
+package fs_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestUnprivilegedTombstones: an ordinary user's daemon makes tombstones
+// and opaque directories (deletions, a directory deleted and made again, a
+// rename of a base directory), and a 0/0 character device the user makes
+// in a branch is a device, not a deletion; the commit applies all of it.
+func TestUnprivilegedTombstones(t *testing.T) {
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		t.Fatal("fusermount3 (Debian package fuse3) is needed: .ci/run installs it")
+	}
+	dir := t.TempDir()
+	must(t, os.Chmod(dir, 0o755))
+	must(t, os.Chmod(filepath.Dir(dir), 0o755))
+	home := filepath.Join(dir, "home")
+	base, mnt := filepath.Join(home, "base"), filepath.Join(home, "mnt")
+	must(t, os.MkdirAll(mnt, 0o755))
+	sampleTree(t, base)
+	must(t, os.MkdirAll(filepath.Join(base, "tree", "deep"), 0o755))
+	writeFile(t, filepath.Join(base, "tree", "deep", "t"), "t\n")
+	must(t, filepath.Walk(home, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, userUID, userUID)
+	}))
+	t.Cleanup(func() {
+		if mountEntry(t, mnt) != "" {
+			tryInHome(home, binary, "unmount", mnt)
+			unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+	})
+	inHome(t, home, binary, "mount", "--base", base, mnt)
+	inHome(t, home, binary, "create", "b", mnt)
+	b := filepath.Join(mnt, "@b")
+	inHome(t, home, "sh", "-ec", `cd "$0"
+rm file link
+rm -r dir
+mkdir dir
+echo fresh > dir/fresh
+mv tree moved
+mknod dev c 0 0`, b)
+	if got := inHome(t, home, "ls", "-A", b); got != "dev\ndir\nmoved\n" {
+		t.Errorf("branch lists %q", got)
+	}
+	if got := inHome(t, home, "ls", "-A", filepath.Join(b, "dir")); got != "fresh\n" {
+		t.Errorf("dir made again lists %q, want only fresh", got)
+	}
+	if got := inHome(t, home, "cat", filepath.Join(b, "moved", "deep", "t")); got != "t\n" {
+		t.Errorf("moved/deep/t reads %q", got)
+	}
+	// The mount is the user's alone: root cannot stat it.
+	if got := inHome(t, home, "stat", "-c", "%F %t %T", filepath.Join(b, "dev")); got != "character special file 0 0\n" {
+		t.Errorf("the user's 0/0 device in the branch: %q", got)
+	}
+	// The markers need no privilege: nothing in the store is a device
+	// but the user's own.
+	filepath.Walk(filepath.Join(home, ".local", "state", "branchfs"), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode()&os.ModeCharDevice != 0 && filepath.Base(p) != "dev" {
+			t.Errorf("character device in the store: %s", p)
+		}
+		return nil
+	})
+	inHome(t, home, binary, "commit", b)
+	ents, err := os.ReadDir(base)
+	must(t, err)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != "dev dir moved" {
+		t.Errorf("base after the commit holds %v", names)
+	}
+	wantContent(t, filepath.Join(base, "dir", "fresh"), "fresh\n")
+	wantMissing(t, filepath.Join(base, "dir", "a"))
+	wantContent(t, filepath.Join(base, "moved", "deep", "t"), "t\n")
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(base, "dev"), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		t.Errorf("base dev after the commit: %v, mode %o", err, st.Mode)
+	}
+	inHome(t, home, binary, "unmount", mnt)
+}
