@@ -167,8 +167,12 @@ func testCrashDuringCommit(t *testing.T, layout string) {
 			}
 			m := newMountLayout(t, layout, env)
 			b := commitScenario(t, m)
-			if _, _, code := m.cli("commit", b); code == 0 {
+			_, errOut, code := m.cli("commit", b)
+			if code == 0 {
 				t.Fatalf("commit succeeded; the failpoint did not fire")
+			}
+			if strings.Contains(errOut, "nothing was committed") {
+				t.Errorf("a commit the daemon died in says: %s", errOut)
 			}
 			m.waitDead()
 			m.env = nil

@@ -190,7 +190,10 @@ func explain(op, name string, err error) error {
 		// The new branch would see writes that still reach the base.
 		msg = "files are open for writing with passthrough in main; close them first"
 	}
-	if op == "commit" && errno != syscall.EUCLEAN {
+	switch {
+	case op == "commit" && (errno == syscall.ENOTCONN || errno == syscall.ECONNABORTED):
+		msg += " (the daemon stopped during the commit; the next mount finishes it or rolls it back)"
+	case op == "commit" && errno != syscall.EUCLEAN:
 		msg += " (nothing was committed)"
 	}
 	return &daemonError{fmt.Sprintf("%s %s: %s", op, name, msg), errno}
