@@ -356,8 +356,8 @@ func TestNotifyWhileRootLookupsWait(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(x, ".branchfs_ctl"), []byte("commit"), 0o644); err != nil {
 					return err
 				}
-				// Before the kernel drops the committed branch's root
-				// (fs.cleanupDelay): the create must drop it.
+				// While the kernel may still hold the committed
+				// branch's root: the create must drop it.
 				if err := os.WriteFile(ctl, []byte("create:x"), 0o644); err != nil {
 					return err
 				}
@@ -1019,4 +1019,32 @@ func TestStaleAtOnce(t *testing.T) {
 		t.Errorf("fstatfs: %v, want ESTALE", err)
 	}
 	m.ok("abort", b2)
+}
+
+// An abort answers after the kernel dropped what it cached of the branch:
+// a handle opened before reads nothing more from the kernel's pages.
+func TestAbortedAtOnce(t *testing.T) {
+	m := newMount(t, "")
+	b := m.create("b")
+	writeFile(t, filepath.Join(b, "mine"), "mine\n")
+	var handles []*os.File
+	for _, name := range []string{"file", "mine"} {
+		f, err := os.Open(filepath.Join(b, name))
+		must(t, err)
+		defer f.Close()
+		if _, err := io.ReadAll(f); err != nil { // into the page cache
+			t.Fatal(err)
+		}
+		handles = append(handles, f)
+	}
+	must(t, ioctl(t, b, kernel.Abort))
+	buf := make([]byte, 16)
+	for _, f := range handles {
+		if n, err := f.ReadAt(buf, 0); !errors.Is(err, syscall.ESTALE) {
+			t.Errorf("read of %s opened before the abort: %q %v, want ESTALE", f.Name(), buf[:n], err)
+		}
+		if _, err := f.Stat(); !errors.Is(err, syscall.ESTALE) {
+			t.Errorf("fstat of %s opened before the abort: %v, want ESTALE", f.Name(), err)
+		}
+	}
 }

@@ -207,7 +207,7 @@ func (f *FS) create(v *branch.View, name string) (string, error) {
 	}
 	// The kernel caches no negative entry for a branch name (Lookup), but
 	// it may hold a base file of that name, or a gone view's root that
-	// viewsGone has not dropped yet.
+	// something still holds (a working directory there).
 	if f.root.GetChild(BranchPrefix+child.Name()) != nil {
 		f.loop.serveWhile(func() { f.root.NotifyEntry(BranchPrefix + child.Name()) })
 	}
@@ -238,7 +238,7 @@ func (f *FS) abort(v *branch.View, recursive bool) error {
 	if err != nil {
 		return err
 	}
-	f.loop.serveWhile(func() { f.viewsGone(dropped, dropped) })
+	f.loop.serveWhile(func() { f.viewsFailing(dropped) })
 	f.branchesChanged()
 	return nil
 }

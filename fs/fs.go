@@ -309,8 +309,8 @@ func (n *Node) replaced() {
 }
 
 // afterCommit brings the kernel's caches in line with a commit: the parent
-// view's changed names, the stale siblings' cached data, attributes and
-// names, and the gone branches' roots.
+// view's changed names, and the views that now fail: the stale siblings,
+// the committed branch and its stale children.
 func (f *FS) afterCommit(branchName string, res *branch.CommitResult) {
 	parentRoot := f.root
 	if res.Parent != branch.MainName {
@@ -322,69 +322,36 @@ func (f *FS) afterCommit(branchName string, res *branch.CommitResult) {
 			notifyPath(&parentRoot.Inode, p, listed)
 		}
 	}
-	f.viewsStale(res.Stale)
-	f.viewsGone(append(res.Dropped, branchName), nil)
+	f.viewsFailing(append(append(res.Stale, res.Dropped...), branchName))
 }
 
-// viewsStale drops everything the kernel caches of the views that a commit
-// made stale, before the commit's reply: pages that handles opened earlier
-// would read, attributes, and names present and missing (a cached name
-// would let mkdir answer EEXIST, a missing one stat ENOENT). Everything
-// the kernel is then asked about a stale view reaches the daemon, which
-// answers ESTALE. It costs the commit the kernel's work of evicting the
-// stale views' inodes and pages: 7-27 ms for a sibling holding 100 MB of
-// written files and 5000 looked-up names (measured; 0.3-5 ms when that
-// followed the reply).
+// viewsFailing drops everything the kernel caches of views whose every
+// operation now fails in the daemon (the stale siblings of a commit, the
+// branches a commit or abort ends), before the command's reply: names
+// present and missing, attributes, and the pages that handles opened
+// earlier would read. Once the command returns, nothing cached answers for
+// them, and the name MNT/@NAME of a gone branch is gone. It costs the
+// command the kernel's work of evicting the views' inodes and pages: a
+// commit whose sibling holds 100 MB of written files and 5000 looked-up
+// names took 7-27 ms instead of 0.3-5 ms (measured when this followed the
+// reply).
 // Preconditions: called inside loop.serveWhile (it drops names).
-func (f *FS) viewsStale(names []string) {
+func (f *FS) viewsFailing(names []string) {
 	for _, name := range names {
-		if r := f.viewRoot(name); r != nil {
-			// Dropping the root's name drops every name below it that
-			// nothing holds, present or missing (only this reaches the
-			// missing ones), and makes the kernel evict their inodes,
-			// pages included: that is most of the cost.
-			f.root.NotifyEntry(BranchPrefix + name)
-			// What remains is held: open files, working directories and
-			// the directories above them.
-			notifyTree(&r.Inode)
-		}
-	}
-}
-
-// viewsGone brings the kernel's caches in line with branches that are
-// gone, and with views whose known inodes must drop their cached data and
-// attributes, so that handles open there stop answering (the gone
-// branches of an abort). A gone branch's name is dropped before the reply,
-// so that MNT/@NAME is gone when the command returns. The rest only
-// concerns views whose operations already fail in the daemon, and follows
-// the reply a moment later, so as not to compete with it for the CPU:
-// dropping names makes the kernel evict every inode below them, and the
-// pages of every file written there, which takes milliseconds for a large
-// delta.
-// Preconditions: called inside loop.serveWhile (it drops names).
-func (f *FS) viewsGone(gone, emptied []string) {
-	var roots []*Node
-	for _, name := range emptied {
-		if r := f.viewRoot(name); r != nil {
-			roots = append(roots, r)
-		}
-	}
-	for _, name := range gone {
-		if r := f.viewRoot(name); r != nil {
-			r.NotifyContent(0, 0)
-		}
+		// Dropping the root's name drops every name below it that
+		// nothing holds, present or missing (only this reaches the
+		// missing ones), and makes the kernel evict their inodes, pages
+		// included: that is most of the cost.
 		if f.root.GetChild(BranchPrefix+name) != nil {
 			f.root.NotifyEntry(BranchPrefix + name)
 		}
-	}
-	time.AfterFunc(cleanupDelay, func() {
-		for _, r := range roots {
+		// What remains is held: open files, working directories and the
+		// directories above them.
+		if r := f.viewRoot(name); r != nil {
 			notifyTree(&r.Inode)
 		}
-	})
+	}
 }
-
-const cleanupDelay = 20 * time.Millisecond
 
 // viewRoot returns the root node of branch view name that the kernel
 // holds, or nil: the one in the mount root's tree, which is the one
