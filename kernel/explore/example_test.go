@@ -85,13 +85,13 @@ func ExampleMount_Speculate() {
 	data, _ := os.ReadFile(filepath.Join(mnt, "file"))
 	fmt.Printf("winner %d; file: %s", *out.Winner, data)
 	for _, r := range out.Results {
-		fmt.Println(r.ExitCode, r.Signal, r.Committed, r.Aborted)
+		fmt.Println(r.Committed, r.Aborted)
 	}
 	// Output:
 	// winner 1; file: fast
-	// -1 killed false true
-	// 0  true false
-	// 1  false true
+	// false true
+	// true false
+	// false true
 }
 
 // Score candidates on fd 3 and commit the best.

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/branchfs/branchfs/branch"
 )
 
 // The exploration patterns of the Python branching library
@@ -93,12 +95,12 @@ func (o *Options) spec(pattern string, args []string, parent string, index int, 
 }
 
 func (o *Options) check(m *Mount) error {
-	if o.Parent != "" && o.Parent != "main" {
+	if o.Parent != "" && o.Parent != branch.MainName {
 		info, err := m.Info(o.Parent)
 		if err != nil {
 			return err
 		}
-		if info.State != "live" {
+		if info.State != branch.Live.String() {
 			return fmt.Errorf("parent %s is %s", o.Parent, info.State)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/branchfs/branchfs/branch"
 	"golang.org/x/sys/unix"
 )
 
@@ -163,7 +164,7 @@ func (m *Mount) Start(ctx context.Context, spec Spec) (*Proc, error) {
 		if err != nil {
 			return nil, fmt.Errorf("run: %w", err)
 		}
-		if info.State != "live" {
+		if info.State != branch.Live.String() {
 			return nil, fmt.Errorf("run: branch %s is %s", spec.Branch, info.State)
 		}
 	}
