@@ -55,7 +55,7 @@ func mountEntry(t *testing.T, mnt string) string {
 
 // An ordinary user mounts and unmounts through fusermount3, with the
 // default store under ~/.local/state, and works with branches: create,
-// write, read, commit. Without user_allow_other in /etc/fuse.conf the
+// write, delete, read, commit, and mount again after the daemon is killed. Without user_allow_other in /etc/fuse.conf the
 // mount is the user's alone.
 func TestUnprivilegedMount(t *testing.T) {
 	if _, err := exec.LookPath("fusermount3"); err != nil {
@@ -100,7 +100,11 @@ func TestUnprivilegedMount(t *testing.T) {
 
 	inHome(t, home, binary, "create", "b", mnt)
 	b := filepath.Join(mnt, "@b")
-	inHome(t, home, "sh", "-c", `echo changed > "$0"/file && mkdir "$0"/new && echo new > "$0"/new/f`, b)
+	inHome(t, home, "sh", "-c", `echo changed > "$0"/file && mkdir "$0"/new && echo new > "$0"/new/f &&
+		rm "$0"/link && rm -r "$0"/dir/sub && rm -r "$0"/dir && mkdir "$0"/dir && echo again > "$0"/dir/a`, b)
+	if got := inHome(t, home, "ls", "-A", filepath.Join(b, "dir")); got != "a\n" {
+		t.Errorf("directory made again in the branch lists %q", got)
+	}
 	if got := inHome(t, home, "cat", filepath.Join(b, "file"), filepath.Join(b, "new", "f")); got != "changed\nnew\n" {
 		t.Errorf("branch files read %q", got)
 	}
@@ -111,6 +115,9 @@ func TestUnprivilegedMount(t *testing.T) {
 	inHome(t, home, binary, "commit", b)
 	wantContent(t, filepath.Join(base, "file"), "changed\n")
 	wantContent(t, filepath.Join(base, "new", "f"), "new\n")
+	wantMissing(t, filepath.Join(base, "link"))
+	wantMissing(t, filepath.Join(base, "dir", "sub"))
+	wantContent(t, filepath.Join(base, "dir", "a"), "again\n")
 	if got := inHome(t, home, "cat", filepath.Join(mnt, "new", "f")); got != "new\n" {
 		t.Errorf("main view after the commit reads %q", got)
 	}
