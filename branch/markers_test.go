@@ -222,7 +222,6 @@ func markersAsUser(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	me := Owner{uint32(os.Getuid()), uint32(os.Getgid())}
 	v, _ := s.Create("b", MainName)
 	steps := []struct {
 		what string

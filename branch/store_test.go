@@ -298,10 +298,10 @@ func TestStatAgreesWithLookup(t *testing.T) {
 	if err := a.Rmdir("e"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Mkdir("e", 0o750, Owner{}); err != nil { // opaque over base's e
+	if _, err := a.Mkdir("e", 0o750, me); err != nil { // opaque over base's e
 		t.Fatal(err)
 	}
-	if _, err := a.Mkdir("n", 0o755, Owner{}); err != nil { // only in the delta
+	if _, err := a.Mkdir("n", 0o755, me); err != nil { // only in the delta
 		t.Fatal(err)
 	}
 	b, _ := s.Create("b", "a")
