@@ -111,19 +111,6 @@ type stateLog struct {
 	last int64 // where the last record appended starts; -1 if none
 }
 
-func openStateLog(path string, off int64) (*stateLog, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return &stateLog{f: f, off: off, size: fi.Size(), last: -1}, nil
-}
-
 // append writes one record; durable ones reach the disk before it returns.
 // It returns where the record starts, for erase.
 func (l *stateLog) append(r *logRecord, durable bool) (int64, error) {
@@ -182,43 +169,44 @@ func (l *stateLog) erase(at int64) error {
 func (l *stateLog) close() error { return l.f.Close() }
 
 // writeSnapshot replaces the log with the given records and a zero-filled
-// tail, durably, and returns where the next record goes.
-func writeSnapshot(path string, recs []logRecord) (int64, error) {
+// tail, durably, and returns it open for appending. Once the new log is in
+// place it is returned even with an error (of the directory's sync): the
+// old one is gone, and appends must go to the new one.
+func writeSnapshot(path string, recs []logRecord) (*stateLog, error) {
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return 0, err
+		return nil, err
+	}
+	fail := func(err error) (*stateLog, error) {
+		f.Close()
+		return nil, err
 	}
 	w := bufio.NewWriter(f)
 	var end int64
 	for i := range recs {
 		line, err := encodeRecord(&recs[i])
 		if err != nil {
-			f.Close()
-			return 0, err
+			return fail(err)
 		}
 		w.Write(line)
 		end += int64(len(line))
 	}
 	w.Write(make([]byte, logChunk))
 	if err := w.Flush(); err != nil {
-		f.Close()
-		return 0, err
+		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
-		return 0, err
-	}
-	if err := f.Close(); err != nil {
-		return 0, err
+		return fail(err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return 0, err
+		return fail(err)
 	}
+	l := &stateLog{f: f, off: end, size: end + logChunk, last: -1}
 	d, err := os.Open(filepath.Dir(path))
 	if err != nil {
-		return 0, err
+		return l, err
 	}
 	defer d.Close()
-	return end, d.Sync()
+	return l, d.Sync()
 }

@@ -441,12 +441,8 @@ func (s *Store) noteNames(recs []logRecord) {
 // for appending. Preconditions: s.mu held exclusively or not yet shared;
 // no commit is journaled without its "done" (the snapshot would drop it).
 func (s *Store) rewriteLog() error {
-	end, err := writeSnapshot(s.logPath(), s.snapshot())
-	if err != nil {
-		return err
-	}
-	l, err := openStateLog(s.logPath(), end)
-	if err != nil {
+	l, err := writeSnapshot(s.logPath(), s.snapshot())
+	if l == nil {
 		return err
 	}
 	if s.log != nil {
@@ -455,8 +451,8 @@ func (s *Store) rewriteLog() error {
 	s.log = l
 	// Rewriting costs about what the snapshot holds; waiting for the log
 	// to grow by as much again keeps the cost per record constant.
-	s.compactAt = max(compactMin, 2*end)
-	return nil
+	s.compactAt = max(compactMin, 2*l.off)
+	return err
 }
 
 // compactMin is the smallest log that is compacted while mounted.
