@@ -81,7 +81,7 @@ func mountCmd() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&base, "base", "", "directory to show at the mount point")
-	c.Flags().StringVar(&store, "store", "", "where branches are kept (default: one directory per mount point under /var/lib/branchfs or $XDG_STATE_HOME/branchfs)")
+	c.Flags().StringVar(&store, "store", "", "where branches are kept (default: one directory per mount point under /var/lib/branchfs or $XDG_STATE_HOME/branchfs); --storage is another name for it")
 	c.Flags().BoolVar(&foreground, "foreground", false, "serve in this process instead of starting a daemon")
 	aliasStorage(c)
 	c.Flags().StringVar(&passthrough, "passthrough", "auto", "kernel passthrough for reads: auto (main view), on (also read-only opens in branches), off; bare --passthrough means on")
@@ -330,7 +330,7 @@ func unmountCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&store, "store", "", "the mount's store, to find its daemon when MNT does not answer")
+	c.Flags().StringVar(&store, "store", "", "the mount's store, to find its daemon when MNT does not answer; --storage is another name for it")
 	aliasStorage(c)
 	return c
 }
