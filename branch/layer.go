@@ -248,6 +248,9 @@ func (l *layer) isWhiteoutRel(rel string, st *unix.Stat_t) bool {
 	if !l.delta || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 0 {
 		return false
 	}
+	if !strings.Contains(rel, "/") { // a name right under the root, as lstat has it
+		return isWhiteout(l.fd(), rel, st)
+	}
 	pfd, name, err := l.parent(rel)
 	if err != nil {
 		return false
