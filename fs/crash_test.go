@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/branchfs/branchfs/branch"
 	"golang.org/x/sys/unix"
@@ -335,4 +336,94 @@ func TestCrashDuringOperation(t *testing.T) {
 			wantContent(t, filepath.Join(m.base, "dir", "sub", "b"), "b\n")
 		})
 	}
+}
+
+// TestUnprivilegedCrashApart: an ordinary user whose base is a mount root
+// (a bind mount) and whose $XDG_STATE_HOME is a tmpfs gets a default store
+// there, apart from the base; a commit the daemon dies in is finished by
+// the next mount, with nothing of the stage left in the base.
+func TestUnprivilegedCrashApart(t *testing.T) {
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		t.Fatal("fusermount3 (Debian package fuse3) is needed: .ci/run installs it")
+	}
+	dir := t.TempDir()
+	must(t, os.Chmod(dir, 0o755))
+	must(t, os.Chmod(filepath.Dir(dir), 0o755))
+	home := filepath.Join(dir, "home")
+	src, base, mnt := filepath.Join(home, "src"), filepath.Join(home, "base"), filepath.Join(home, "mnt")
+	must(t, os.MkdirAll(mnt, 0o755))
+	must(t, os.MkdirAll(base, 0o755))
+	sampleTree(t, src)
+	state, err := os.MkdirTemp("/dev/shm", "branchfs-state")
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(state) })
+	for _, root := range []string{home, state} {
+		must(t, filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, userUID, userUID)
+		}))
+	}
+	if out, err := exec.Command("mount", "--bind", src, base).CombinedOutput(); err != nil {
+		t.Skipf("mount --bind: %v: %s", err, out)
+	}
+	t.Cleanup(func() { unix.Unmount(base, unix.MNT_DETACH) })
+	as := func(env []string, name string, args ...string) (string, error) {
+		cmd := exec.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--", name}, args...)...)
+		cmd.Env = append([]string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "XDG_STATE_HOME=" + state}, env...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	ok := func(name string, args ...string) {
+		t.Helper()
+		if out, err := as(nil, name, args...); err != nil {
+			t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() {
+		if mountEntry(t, mnt) != "" {
+			as(nil, binary, "unmount", mnt)
+			unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+	})
+	if out, err := as([]string{"BRANCHFS_FAILPOINT=commit-step-2"}, binary, "mount", "--base", base, mnt); err != nil {
+		t.Fatalf("mount: %v: %s", err, out)
+	}
+	pidFile, _ := filepath.Glob(filepath.Join(state, "branchfs", "*", "daemon.pid"))
+	if len(pidFile) != 1 {
+		t.Fatalf("default store under $XDG_STATE_HOME/branchfs: %v", pidFile)
+	}
+	data, err := os.ReadFile(pidFile[0])
+	must(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	must(t, err)
+	ok(binary, "create", "b", mnt)
+	b := filepath.Join(mnt, "@b")
+	ok("sh", "-c", `echo committed > "$0"/file && rm "$0"/dir/a && mv "$0"/dir/sub "$0"/moved &&
+		mkdir -p "$0"/newdir/deep && echo x > "$0"/newdir/deep/x`, b)
+	if out, err := as(nil, binary, "commit", b); err == nil {
+		t.Fatalf("commit succeeded; the failpoint did not fire: %s", out)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil || strings.Contains(string(stat), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon did not die at the failpoint")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ok(binary, "mount", "--base", base, mnt)
+	// The mount is the user's alone: root checks the base, the user the
+	// main view.
+	m := &mount{t: t, base: base, mnt: base}
+	wantOutcome(t, m, true)
+	wantNoStage(t, m)
+	if out, err := as(nil, "sh", "-c", `cat "$0"/file "$0"/newdir/deep/x; ls -A "$0"`, mnt); err != nil ||
+		out != "committed\nx\ndir\nfile\nlink\nmoved\nnewdir\n" {
+		t.Errorf("main view after the remount: %v: %q", err, out)
+	}
+	ok(binary, "unmount", mnt)
 }
