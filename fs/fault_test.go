@@ -67,11 +67,12 @@ func TestCommitDiskFull(t *testing.T) {
 	img := filepath.Join(dir, "img")
 	fsDir := filepath.Join(dir, "fs")
 	must(t, os.MkdirAll(fsDir, 0o755))
+	// .ci/run installs mkfs.ext4 (e2fsprogs).
 	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img, "24M").CombinedOutput(); err != nil {
-		t.Skipf("mkfs.ext4: %v: %s", err, out)
+		t.Fatalf("mkfs.ext4: %v: %s", err, out)
 	}
 	if out, err := exec.Command("mount", "-o", "loop", img, fsDir).CombinedOutput(); err != nil {
-		t.Skipf("mount -o loop: %v: %s", err, out)
+		t.Skipf("no loop devices here: mount -o loop: %v: %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", fsDir).Run() })
 	m := &mount{t: t, base: filepath.Join(fsDir, "base"), store: filepath.Join(fsDir, "store"), mnt: filepath.Join(dir, "mnt")}
@@ -153,7 +154,7 @@ func TestCommitImmutableBase(t *testing.T) {
 	}
 	locked := filepath.Join(m.base, "f3")
 	if out, err := exec.Command("chattr", "+i", locked).CombinedOutput(); err != nil {
-		t.Skipf("chattr +i: %v: %s", err, out)
+		t.Fatalf("chattr +i (e2fsprogs, which .ci/run installs): %v: %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("chattr", "-i", locked).Run() })
 	_, errOut, code := m.cli("commit", b)
