@@ -129,6 +129,9 @@ func TestCommitDiskFull(t *testing.T) {
 		t.Skip("the commit found the space it needed")
 	}
 	t.Logf("commit on a full disk: %s", errOut)
+	if !strings.Contains(errOut, "no space left on device") {
+		t.Errorf("commit on a full disk says: %s", errOut)
+	}
 	if old != n {
 		t.Fatalf("a failed commit left %d new and %d old files in the base", nw, old)
 	}

@@ -183,7 +183,11 @@ func explain(op, name string, err error) error {
 		return fmt.Errorf("%s %s: %w", op, name, err)
 	}
 	msg := errno.Error()
-	if e := branch.ErrorOf(errno); e != nil {
+	// A commit's ENOSPC, EROFS, EEXIST or EPERM is its filesystem's (a
+	// full disk, an immutable file), not a branch error of that errno.
+	commitErr := errno == syscall.ESTALE || errno == syscall.EBUSY || errno == syscall.EINVAL ||
+		errno == syscall.EUCLEAN || errno == syscall.ENOENT
+	if e := branch.ErrorOf(errno); e != nil && (op != "commit" || commitErr) {
 		msg = e.Error()
 	}
 	if op == "create" && errno == syscall.EBUSY {
