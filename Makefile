@@ -16,8 +16,10 @@ demo: build
 	./demo/demo.sh $(BIN)
 
 # Every filesystem test mounts for real; they need root and /dev/fuse.
+# The race detector's runtime sleeps a second in every process it ends
+# (atexit_sleep_ms), and the tests run the race-built CLI hundreds of times.
 test:
-	$(GO) test -race -count=1 -timeout 20m ./...
+	GORACE="atexit_sleep_ms=0 $$GORACE" $(GO) test -race -count=1 -timeout 20m ./...
 
 # The benchmark suite of bench/: branchfs against native ext4 and
 # fuse-overlayfs in one run. Needs root; writes bench/results/.

@@ -33,6 +33,11 @@ func TestMain(m *testing.M) {
 		fmt.Println("skipping mount tests: no /dev/fuse")
 		os.Exit(0)
 	}
+	// Every race-built process (the CLI, the daemon, helpers) would sleep
+	// a second as it exits; the tests run hundreds of them.
+	if g := os.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
+		os.Setenv("GORACE", strings.TrimSpace(g+" atexit_sleep_ms=0"))
+	}
 	dir, err := os.MkdirTemp("", "branchfs-bin")
 	if err != nil {
 		panic(err)
