@@ -324,8 +324,8 @@ func unmountCmd() *cobra.Command {
 			if err := unmount(mnt); err != nil {
 				return fmt.Errorf("unmount %s: %w", mnt, err)
 			}
-			for i := 0; pid > 0 && i < 200 && syscall.Kill(pid, 0) == nil; i++ {
-				time.Sleep(50 * time.Millisecond)
+			if pid > 0 {
+				waitExit(pid, 10*time.Second)
 			}
 			return nil
 		},
@@ -370,6 +370,34 @@ func aliasStorage(c *cobra.Command) {
 		}
 		return pflag.NormalizedName(name)
 	})
+}
+
+// waitExit waits up to timeout for process pid to exit. A pidfd becomes
+// readable the moment it does, so the command returns then rather than at
+// the next tick of a polling loop; without a pidfd (kernels before 5.3)
+// it polls.
+func waitExit(pid int, timeout time.Duration) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err == nil {
+		defer unix.Close(fd)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		deadline := time.Now().Add(timeout)
+		for {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return
+			}
+			if _, err := unix.Poll(fds, int(left.Milliseconds())+1); err != unix.EINTR {
+				return
+			}
+		}
+	}
+	if errors.Is(err, unix.ESRCH) {
+		return // already gone
+	}
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline) && syscall.Kill(pid, 0) == nil; {
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func unmount(mnt string) error {
