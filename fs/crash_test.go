@@ -371,7 +371,7 @@ func TestUnprivilegedCrashApart(t *testing.T) {
 	t.Cleanup(func() { unix.Unmount(base, unix.MNT_DETACH) })
 	as := func(env []string, name string, args ...string) (string, error) {
 		cmd := exec.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--", name}, args...)...)
-		cmd.Env = append([]string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "XDG_STATE_HOME=" + state}, env...)
+		cmd.Env = append([]string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "XDG_STATE_HOME=" + state, "GORACE=" + os.Getenv("GORACE")}, env...)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}

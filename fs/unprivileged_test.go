@@ -32,7 +32,7 @@ func inHome(t *testing.T, home string, name string, args ...string) string {
 func tryInHome(home string, name string, args ...string) (string, error) {
 	cmd := exec.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--",
 		name}, args...)...)
-	cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
+	cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "GORACE=" + os.Getenv("GORACE")}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
