@@ -248,6 +248,7 @@ func (s *Store) rollbackLocked(c *commitRun, at int64, cause error) error {
 		return fmt.Errorf("%w (%v; rolling back: %v)", ErrUnfinished, cause, err)
 	}
 	c.clearStage()
+	log.Printf("commit %s failed (%v) and was rolled back", c.j.Name, cause)
 	return cause
 }
 
