@@ -681,6 +681,7 @@ func (s *Store) trashDeltaLater(name string) {
 func (s *Store) trashLeftovers() {
 	for _, name := range s.leftovers {
 		s.trash(s.deltaDir(name))
+		s.trashBranchData(name)
 	}
 	s.leftovers = nil
 }
