@@ -40,6 +40,7 @@ type initConfig struct {
 	Env     []string `json:"env"`
 	Score   bool     `json:"score"` // fd 4 goes to the command as fd 3
 	UserNS  bool     `json:"userns"`
+	LastPID int      `json:"last_pid,omitempty"` // Spec.LastPID
 }
 
 // initStatus is the helper's report, one JSON object on statusFd.
@@ -92,6 +93,11 @@ func runInit() {
 	// A /proc of the new PID namespace, so that ps and /proc/PID show the
 	// run's own processes. Best effort: a container may forbid it.
 	unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	if cfg.LastPID > 0 {
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(fmt.Sprint(cfg.LastPID)), 0); err != nil {
+			fail("setting ns_last_pid: %v", err)
+		}
+	}
 	if err := os.Chdir(cfg.Dir); err != nil {
 		fail("working directory: %v", err)
 	}

@@ -19,8 +19,9 @@ const fuseSuperMagic = 0x65735546
 
 // Mount is a branchfs mount point, seen from its main view.
 type Mount struct {
-	dir  string // absolute path of the mount point
-	base string // the directory it shows, as the daemon was given it
+	dir   string // absolute path of the mount point
+	base  string // the directory it shows, as the daemon was given it
+	store string // the daemon's store directory
 }
 
 // Open checks that dir is the mount point of a branchfs mount (its main
@@ -37,8 +38,9 @@ func Open(dir string) (*Mount, error) {
 	}
 	// A branch's view has a control file too, but no @NAME entries.
 	var st struct {
-		View string `json:"view"`
-		Base string `json:"base"`
+		View  string `json:"view"`
+		Base  string `json:"base"`
+		Store string `json:"store"`
 	}
 	if err := json.Unmarshal(data, &st); err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
@@ -46,7 +48,7 @@ func Open(dir string) (*Mount, error) {
 	if st.View != branch.MainName {
 		return nil, fmt.Errorf("%s is the view of branch %s; give the mount point", dir, st.View)
 	}
-	m.base = st.Base
+	m.base, m.store = st.Base, st.Store
 	return m, nil
 }
 
@@ -55,6 +57,10 @@ func (m *Mount) Dir() string { return m.dir }
 
 // Base is the directory the mount shows.
 func (m *Mount) Base() string { return m.base }
+
+// Store is the daemon's store directory (per-branch data such as
+// checkpoint images lives in it).
+func (m *Mount) Store() string { return m.store }
 
 // View is the path of a branch's view: the mount point for main, else
 // MNT/@NAME.

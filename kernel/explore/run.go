@@ -70,6 +70,11 @@ type Spec struct {
 
 	Index int  // BRANCHFS_INDEX
 	Score bool // give the command fd 3 to write a score to
+
+	// LastPID, when above zero, is written to the run's ns_last_pid
+	// before the command starts, so that the command's PID is above it:
+	// a restored process tree (kernel/checkpoint) needs its own PIDs free.
+	LastPID int
 }
 
 // Result is how a run ended.
@@ -261,7 +266,7 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 	}
 	cfg := initConfig{
 		View: p.m.View(p.name), Targets: append(targets, binds...),
-		Dir: p.rebase(dir), Args: p.spec.Args, Env: env, Score: p.spec.Score,
+		Dir: p.rebase(dir), Args: p.spec.Args, Env: env, Score: p.spec.Score, LastPID: p.spec.LastPID,
 	}
 	attr := &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
