@@ -27,6 +27,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(mountCmd(), unmountCmd(), createCmd(), commitCmd(), abortCmd(), listCmd(), diffCmd())
+	root.AddCommand(checkpointCmd(), restoreCmd())
 	root.AddCommand(runCmd(), speculateCmd(), bestOfNCmd(), reflexionCmd(), treeCmd(), beamCmd(), tournamentCmd(), cascadedCmd())
 	// What a killed `branchfs run` left (processes, cgroups, branches) is
 	// ended by the next branchfs command.

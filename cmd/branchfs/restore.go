@@ -1,0 +1,81 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/branchfs/branchfs/kernel/checkpoint"
+	"github.com/branchfs/branchfs/kernel/explore"
+	"github.com/spf13/cobra"
+)
+
+func restoreCmd() *cobra.Command {
+	var clones int
+	var keep, asJSON bool
+	c := &cobra.Command{
+		Use:   "restore NAME MNT --clones N [--keep] [--json]",
+		Short: "Restore the latest checkpoint of branch NAME as N clones, each in a child branch",
+		Long: `Make N child branches of NAME and restore the latest checkpoint of NAME into each: its own mount
+namespace, in which MNT shows the clone's branch, its own PID namespace and cgroup. All or none: if one
+clone fails to restore, every clone is ended and its branch aborted, and the error names it. Each clone
+reads its generation id in ` + checkpoint.CloneDir + `/id. branchfs restore then waits: the first clone to exit 0
+commits into NAME and the others are killed and aborted (--keep leaves every clone's branch).`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if clones < 1 {
+				return fmt.Errorf("restore: --clones must be at least 1")
+			}
+			if _, err := checkpoint.Available(); err != nil {
+				return fmt.Errorf("restore: %w", err)
+			}
+			m, err := explore.Open(args[1])
+			if err != nil {
+				return fmt.Errorf("restore: %w", err)
+			}
+			ctx, stop := interruptible()
+			o := checkpoint.RestoreOptions{Clones: clones, Keep: keep, Restored: func(cs []*checkpoint.Clone) {
+				if !asJSON {
+					for _, c := range cs {
+						fmt.Printf("restored clone %d in branch %s (pid %d, id %s, %.1f ms)\n", c.Index, c.Branch, c.PID, c.ID, c.RestoreMS)
+					}
+				}
+			}}
+			out, err := checkpoint.Restore(ctx, m, args[0], o)
+			sig := stop()
+			if asJSON && out != nil {
+				json.NewEncoder(os.Stdout).Encode(out)
+			}
+			if err != nil {
+				return fmt.Errorf("restore %s: %w", args[0], err)
+			}
+			if !asJSON {
+				for _, c := range out.Clones {
+					state := "kept"
+					switch {
+					case c.Committed:
+						state = "committed"
+					case c.Aborted:
+						state = "aborted"
+					}
+					fmt.Printf("clone %d (%s) exited %d%s: %s\n", c.Index, c.Branch, c.ExitCode, sigSuffix(c.Signal), state)
+				}
+			}
+			if sig != 0 {
+				return exitStatus(sig)
+			}
+			return nil
+		},
+	}
+	c.Flags().IntVar(&clones, "clones", 1, "how many clones to restore")
+	c.Flags().BoolVar(&keep, "keep", false, "leave every clone's branch when the clones end")
+	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON record of the restore")
+	return c
+}
+
+func sigSuffix(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
+}

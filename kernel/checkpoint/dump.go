@@ -1,0 +1,153 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/kernel/explore"
+)
+
+// Tiers of a checkpoint's memory.
+const (
+	TierFull      = "full"       // every page
+	TierSoftDirty = "soft-dirty" // pages written since the previous checkpoint, by the kernel's soft-dirty bits
+)
+
+// DumpOptions tell Checkpoint what to dump and how.
+type DumpOptions struct {
+	PID          int  // root of the tree: a process of a run in the branch; 0: the run's command
+	LeaveRunning bool // the tree goes on after the dump (else it is killed)
+	Incremental  bool // only pages written since the previous checkpoint, where the kernel can tell
+}
+
+// HoldName is the child branch that keeps a checkpointed branch's files
+// frozen.
+func HoldName(name string) string { return name + "-checkpoint" }
+
+// Checkpoint dumps the process tree running in branch name (see
+// DumpOptions) into a new image of the branch and returns its meta.
+func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta, error) {
+	var meta branch.ImageMeta
+	criu, err := Available()
+	if err != nil {
+		return meta, err
+	}
+	if err := branch.ValidateName(name); err != nil {
+		return meta, err
+	}
+	info, err := m.Info(name)
+	if err != nil {
+		return meta, err
+	}
+	if info.State != branch.Live.String() {
+		return meta, fmt.Errorf("branch %s is %s", name, info.State)
+	}
+	helper, root, err := target(name, o.PID)
+	if err != nil {
+		return meta, err
+	}
+	store := m.Store()
+	unlock, err := branch.LockImages(store, name)
+	if err != nil {
+		return meta, err
+	}
+	defer unlock()
+	meta = branch.ImageMeta{Branch: name, Tier: TierFull, RootPID: nsPID(root), MaxPID: treeMaxPID(root),
+		LeftAlive: o.LeaveRunning, TrackMem: o.LeaveRunning && softDirty()}
+	var prev branch.ImageMeta
+	if o.Incremental {
+		if prev, _, err = branch.LatestImage(store, name); err != nil {
+			return meta, fmt.Errorf("--incremental: %w", err)
+		}
+		if !prev.LeftAlive || prev.RootPID != meta.RootPID {
+			return meta, fmt.Errorf("--incremental: the previous checkpoint (%d) is of another process tree, or did not leave it running", prev.Gen)
+		}
+		if prev.TrackMem {
+			meta.Tier, meta.Parent = TierSoftDirty, prev.Gen
+		}
+	}
+	// The hold freezes the branch's files before the memory is taken.
+	hold := HoldName(name)
+	madeHold := false
+	if hi, err := m.Info(hold); err != nil || hi.State != branch.Live.String() {
+		if err == nil {
+			m.Abort(hold, true) // a stale one, from an earlier checkpoint
+		}
+		if _, err := m.Create(name, hold); err != nil {
+			return meta, fmt.Errorf("freezing the files of %s: %w", name, err)
+		}
+		madeHold = true
+	}
+	meta.Hold = hold
+	fail := func(err error) (branch.ImageMeta, error) {
+		if madeHold {
+			m.Abort(hold, true)
+		}
+		return meta, err
+	}
+	staged, err := branch.StageImage(store, name)
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(staged) // gone once published
+	log := filepath.Join(staged, "dump.log")
+	args := []string{"dump", "-t", strconv.Itoa(meta.RootPID), "-D", staged, "-o", log, "-v4", "--shell-job"}
+	if o.LeaveRunning {
+		args = append(args, "--leave-running")
+	}
+	if meta.TrackMem {
+		args = append(args, "--track-mem")
+	}
+	if meta.Parent != 0 {
+		// Relative to -D, which is STORE/tmp/X.
+		args = append(args, "--prev-images-dir", filepath.Join("..", "..", "branches", name, "images", strconv.Itoa(meta.Parent)))
+	}
+	// CRIU runs in the run's mount and PID namespaces, where the tree's
+	// paths and PIDs are what it will find again in each clone.
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		return fail(errors.New("checkpoint: nsenter (util-linux or busybox) is needed"))
+	}
+	cmd := exec.Command(nsenter, append([]string{"-t", strconv.Itoa(helper), "-m", "-p", "--", criu}, args...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		why := logError(log)
+		if len(out) > 0 && strings.HasPrefix(why, "no log") {
+			why = firstError(out)
+		}
+		return fail(fmt.Errorf("criu dump of process %d failed: %s", root, why))
+	}
+	if meta.Parent != 0 {
+		// The parent link CRIU made is relative to the staging place.
+		link := filepath.Join(staged, "parent")
+		os.Remove(link)
+		if err := os.Symlink(filepath.Join("..", strconv.Itoa(meta.Parent)), link); err != nil {
+			return fail(err)
+		}
+	}
+	meta.Pages = countPages(staged)
+	// The log is kept with the image, under a name CRIU does not read.
+	meta, err = branch.PublishImage(store, staged, meta)
+	if err != nil {
+		return fail(err)
+	}
+	return meta, nil
+}
+
+// countPages counts the pages a dump wrote (its pages-*.img files).
+func countPages(dir string) int64 {
+	files, _ := filepath.Glob(filepath.Join(dir, "pages-*.img"))
+	var n int64
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			n += fi.Size() / int64(syscall.Getpagesize())
+		}
+	}
+	return n
+}

@@ -1,0 +1,224 @@
+package checkpoint
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/kernel/explore"
+)
+
+// RestoreOptions tell Restore how many clones to make and what to do
+// with them.
+type RestoreOptions struct {
+	Clones int
+	// Keep leaves every clone's branch when the clones end; else the
+	// first clone to exit 0 commits and the others are killed and
+	// aborted, as speculate's candidates are.
+	Keep bool
+	// Restored, when set, is called once every clone is restored, before
+	// any has been waited for.
+	Restored func([]*Clone)
+}
+
+// Clone is one restored copy of a checkpoint.
+type Clone struct {
+	Index     int     `json:"index"`
+	Branch    string  `json:"branch"`
+	ID        string  `json:"id"`         // its generation id (CloneDir/id)
+	PID       int     `json:"pid"`        // the tree's root, in the clone's PID namespace
+	RestoreMS float64 `json:"restore_ms"` // from start to restored
+	ExitCode  int     `json:"exit_code"`
+	Signal    string  `json:"signal,omitempty"`
+	Committed bool    `json:"committed"`
+	Aborted   bool    `json:"aborted"`
+	Error     string  `json:"error,omitempty"`
+
+	proc *explore.Proc
+}
+
+// Outcome is how a restore went.
+type Outcome struct {
+	Branch    string   `json:"branch"`
+	Image     int      `json:"image"`
+	Winner    string   `json:"winner,omitempty"`
+	RestoreMS float64  `json:"restore_ms"` // until every clone was restored
+	Clones    []*Clone `json:"clones"`
+}
+
+// Restore restores the latest checkpoint of branch name as o.Clones
+// clones, all or none, then waits for them and ends their branches.
+func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOptions) (*Outcome, error) {
+	criu, err := Available()
+	if err != nil {
+		return nil, err
+	}
+	if o.Clones < 1 {
+		return nil, fmt.Errorf("--clones must be at least 1")
+	}
+	if err := branch.ValidateName(name); err != nil {
+		return nil, err
+	}
+	store := m.Store()
+	meta, dir, err := branch.LatestImage(store, name)
+	if err != nil {
+		return nil, err
+	}
+	if hi, err := m.Info(meta.Hold); err != nil || hi.State != branch.Live.String() {
+		return nil, fmt.Errorf("the files of checkpoint %d of %s are gone (branch %s changed since; checkpoint again)", meta.Gen, name, name)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	out := &Outcome{Branch: name, Image: meta.Gen}
+	start := time.Now()
+	type report struct {
+		i   int
+		pid int
+		err error
+	}
+	reports := make(chan report, o.Clones)
+	var started []*Clone
+	undo := func(cause error) (*Outcome, error) {
+		for _, c := range started {
+			if c.proc != nil {
+				c.proc.Kill()
+			}
+		}
+		for _, c := range started {
+			if c.proc != nil {
+				c.proc.Abort()
+			} else {
+				m.Abort(c.Branch, true)
+			}
+			c.Aborted = true
+		}
+		return out, cause
+	}
+	for i := 0; i < o.Clones; i++ {
+		c := &Clone{Index: i, Branch: fmt.Sprintf("%s-clone-%s-%d", name, randomHex(4), i), ID: randomHex(16)}
+		if _, err := m.Create(name, c.Branch); err != nil {
+			return undo(fmt.Errorf("clone %d: %w", i, err))
+		}
+		started = append(started, c)
+		out.Clones = append(out.Clones, c)
+		data := branch.BranchDataDir(store, c.Branch)
+		if err := os.MkdirAll(data, 0o700); err != nil {
+			return undo(fmt.Errorf("clone %d (%s): %w", i, c.Branch, err))
+		}
+		cfg, _ := json.Marshal(cloneConfig{CRIU: criu, Images: dir, Log: filepath.Join(data, "restore.log"),
+			PIDFile: filepath.Join(data, "restore.pid"), ID: c.ID, Index: i, Branch: c.Branch})
+		r, w, err := os.Pipe()
+		if err != nil {
+			return undo(err)
+		}
+		spec := explore.Spec{Args: []string{exe}, Branch: c.Branch, Dir: "/", Index: i,
+			Env:    []string{envClone + "=" + string(cfg), "PATH=" + os.Getenv("PATH")},
+			Stdout: w, Stderr: w, LastPID: meta.MaxPID + 64}
+		p, err := m.Start(ctx, spec)
+		w.Close()
+		if err != nil {
+			r.Close()
+			return undo(fmt.Errorf("clone %d (%s): %w", i, c.Branch, err))
+		}
+		c.proc = p
+		go func(i int) {
+			defer r.Close()
+			line, _ := bufio.NewReader(r).ReadString('\n')
+			line = strings.TrimSpace(line)
+			if pid, ok := strings.CutPrefix(line, reportOK+" "); ok {
+				n, _ := strconv.Atoi(pid)
+				reports <- report{i: i, pid: n}
+				return
+			}
+			if why, ok := strings.CutPrefix(line, "error: "); ok {
+				reports <- report{i: i, err: errors.New(why)}
+				return
+			}
+			res := p.Wait()
+			why := res.Error
+			if why == "" {
+				why = fmt.Sprintf("its starter ended (exit %d %s) before the restore", res.ExitCode, res.Signal)
+			}
+			reports <- report{i: i, err: errors.New(why)}
+		}(i)
+	}
+	var firstErr error
+	for range o.Clones {
+		rep := <-reports
+		c := out.Clones[rep.i]
+		if rep.err != nil {
+			c.Error = rep.err.Error()
+			if firstErr == nil {
+				firstErr = fmt.Errorf("clone %d (%s) failed to restore: %w; every clone was ended", rep.i, c.Branch, rep.err)
+			}
+			continue
+		}
+		c.PID, c.RestoreMS = rep.pid, ms(time.Since(start))
+	}
+	if firstErr != nil {
+		return undo(firstErr)
+	}
+	out.RestoreMS = ms(time.Since(start))
+	if o.Restored != nil {
+		o.Restored(out.Clones)
+	}
+	// The race: as each clone ends, the first to succeed commits.
+	done := make(chan *Clone, o.Clones)
+	for _, c := range out.Clones {
+		go func(c *Clone) {
+			res := c.proc.Wait()
+			c.ExitCode, c.Signal = res.ExitCode, res.Signal
+			if res.Error != "" {
+				c.Error = res.Error
+			}
+			done <- c
+		}(c)
+	}
+	for range o.Clones {
+		c := <-done
+		switch {
+		case o.Keep:
+			c.proc.Keep()
+		case out.Winner == "" && c.ExitCode == 0 && c.Error == "":
+			if err := c.proc.Commit(); err != nil {
+				c.Error = err.Error()
+				c.proc.Abort()
+				c.Aborted = true
+				continue
+			}
+			c.Committed, out.Winner = true, c.Branch
+			for _, other := range out.Clones {
+				if other != c {
+					other.proc.Kill()
+				}
+			}
+			// The commit changed the checkpoint's files: its hold,
+			// now stale, goes.
+			m.Abort(meta.Hold, true)
+		default:
+			c.proc.Abort()
+			c.Aborted = true
+		}
+	}
+	return out, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
