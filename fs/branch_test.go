@@ -150,8 +150,33 @@ func TestHardlinkOfBaseFile(t *testing.T) {
 	}
 }
 
+// readOpenedBefore checks a read of f, opened read-only before its branch
+// went stale or ended: through the daemon (--passthrough off) it fails with
+// ESTALE; with passthrough (the default) the kernel reads the file f
+// opened, as overlayfs's open files do, and that still holds want.
+func readOpenedBefore(t *testing.T, mode string, f *os.File, want string) {
+	t.Helper()
+	buf := make([]byte, 64)
+	n, err := f.ReadAt(buf, 0)
+	if mode == "off" {
+		if !errors.Is(err, syscall.ESTALE) {
+			t.Errorf("read of %s opened before: %q %v, want ESTALE", f.Name(), buf[:n], err)
+		}
+		return
+	}
+	if string(buf[:n]) != want || err != io.EOF {
+		t.Errorf("read of %s opened before: %q %v, want %q", f.Name(), buf[:n], err, want)
+	}
+}
+
 func TestStaleBranch(t *testing.T) {
-	m := newMount(t, "")
+	for _, mode := range []string{"", "off"} {
+		t.Run("passthrough="+mode, func(t *testing.T) { testStaleBranch(t, mode) })
+	}
+}
+
+func testStaleBranch(t *testing.T, mode string) {
+	m := newMount(t, mode)
 	b1, b2 := m.create("b1"), m.create("b2")
 	writeFile(t, filepath.Join(b2, "mine"), "b2\n")
 	r, err := os.Open(filepath.Join(b2, "file"))
@@ -163,8 +188,7 @@ func TestStaleBranch(t *testing.T) {
 	writeFile(t, filepath.Join(b1, "file"), "b1 wins\n")
 	m.ok("commit", b1)
 	buf := make([]byte, 16)
-	_, err = r.ReadAt(buf, 0)
-	wantErrno(t, err, syscall.ESTALE)
+	readOpenedBefore(t, mode, r, "base file\n")
 	_, err = w.WriteAt([]byte("late"), 0)
 	wantErrno(t, err, syscall.ESTALE)
 	_, err = w.ReadAt(buf, 0)
@@ -534,6 +558,33 @@ func TestPassthroughCopyUp(t *testing.T) {
 			}
 		})
 	}
+}
+
+// In a branch view (passthrough by default), a writer that joins a
+// passthrough reader of a file in the branch's own layer writes through
+// passthrough too, as the kernel requires, out of the daemon's sight: the
+// branch can be neither committed nor branched until it closes, or its
+// writes would reach the parent's file or the child.
+func TestBranchPassthroughWriterHoldsCommit(t *testing.T) {
+	m := newMount(t, "")
+	b := m.create("b")
+	writeFile(t, filepath.Join(b, "mine"), "one\n")
+	r, err := os.Open(filepath.Join(b, "mine")) // passthrough
+	must(t, err)
+	defer r.Close()
+	w, err := os.OpenFile(filepath.Join(b, "mine"), os.O_WRONLY, 0)
+	must(t, err)
+	_, err = w.WriteAt([]byte("two\n"), 0)
+	must(t, err)
+	wantErrno(t, ioctl(t, b, kernel.Commit), syscall.EBUSY)
+	if _, _, code := m.cli("create", "c", m.mnt, "--parent", "b"); code == 0 {
+		t.Errorf("created a child of a branch with a passthrough writer open")
+	}
+	wantContent(t, filepath.Join(m.base, "file"), "base file\n")
+	wantMissing(t, filepath.Join(m.base, "mine"))
+	must(t, w.Close())
+	m.ok("commit", b)
+	wantContent(t, filepath.Join(m.base, "mine"), "two\n")
 }
 
 func TestRemountKeepsBranches(t *testing.T) {
@@ -964,9 +1015,17 @@ func TestViewRootLookedUpAgain(t *testing.T) {
 // A sibling's commit makes a branch stale before it returns: what the
 // kernel has cached of the stale view (pages an earlier handle read,
 // attributes, names present and missing) is dropped before the reply, so
-// every access that follows asks the daemon, which answers ESTALE.
+// every access that follows asks the daemon, which answers ESTALE. Reads
+// of read-only handles opened before reach the daemon only without
+// passthrough.
 func TestStaleAtOnce(t *testing.T) {
-	m := newMount(t, "")
+	for _, mode := range []string{"", "off"} {
+		t.Run("passthrough="+mode, func(t *testing.T) { testStaleAtOnce(t, mode) })
+	}
+}
+
+func testStaleAtOnce(t *testing.T, mode string) {
+	m := newMount(t, mode)
 	b1, b2 := m.create("b1"), m.create("b2")
 	must(t, os.Mkdir(filepath.Join(b2, "made"), 0o755))
 	writeFile(t, filepath.Join(b2, "mine"), "b2\n")
@@ -989,11 +1048,8 @@ func TestStaleAtOnce(t *testing.T) {
 	os.ReadDir(filepath.Join(b2, "dir"))
 	writeFile(t, filepath.Join(b1, "file"), "b1 wins\n")
 	must(t, ioctl(t, b1, kernel.Commit))
-	buf := make([]byte, 16)
-	for _, f := range handles {
-		if _, err := f.ReadAt(buf, 0); !errors.Is(err, syscall.ESTALE) {
-			t.Errorf("read of %s opened before: %v, want ESTALE", f.Name(), err)
-		}
+	for i, f := range handles {
+		readOpenedBefore(t, mode, f, []string{"base file\n", "b2\n", "a\n"}[i])
 		if _, err := f.Stat(); !errors.Is(err, syscall.ESTALE) {
 			t.Errorf("fstat of %s opened before: %v, want ESTALE", f.Name(), err)
 		}
@@ -1022,9 +1078,16 @@ func TestStaleAtOnce(t *testing.T) {
 }
 
 // An abort answers after the kernel dropped what it cached of the branch:
-// a handle opened before reads nothing more from the kernel's pages.
+// a handle opened before reads nothing more from the kernel's pages (with
+// passthrough, the file it opened: see readOpenedBefore).
 func TestAbortedAtOnce(t *testing.T) {
-	m := newMount(t, "")
+	for _, mode := range []string{"", "off"} {
+		t.Run("passthrough="+mode, func(t *testing.T) { testAbortedAtOnce(t, mode) })
+	}
+}
+
+func testAbortedAtOnce(t *testing.T, mode string) {
+	m := newMount(t, mode)
 	b := m.create("b")
 	writeFile(t, filepath.Join(b, "mine"), "mine\n")
 	var handles []*os.File
@@ -1038,11 +1101,8 @@ func TestAbortedAtOnce(t *testing.T) {
 		handles = append(handles, f)
 	}
 	must(t, ioctl(t, b, kernel.Abort))
-	buf := make([]byte, 16)
-	for _, f := range handles {
-		if n, err := f.ReadAt(buf, 0); !errors.Is(err, syscall.ESTALE) {
-			t.Errorf("read of %s opened before the abort: %q %v, want ESTALE", f.Name(), buf[:n], err)
-		}
+	for i, f := range handles {
+		readOpenedBefore(t, mode, f, []string{"base file\n", "mine\n"}[i])
 		if _, err := f.Stat(); !errors.Is(err, syscall.ESTALE) {
 			t.Errorf("fstat of %s opened before the abort: %v, want ESTALE", f.Name(), err)
 		}

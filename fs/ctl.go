@@ -197,9 +197,9 @@ func (f *FS) command(ctx context.Context, v *branch.View, cmd string) ([]byte, e
 }
 
 func (f *FS) create(v *branch.View, name string) (string, error) {
-	if v.IsMain() && f.passWriters.Load() > 0 {
-		// Those writes would reach the base under the new branch.
-		return "", fmt.Errorf("files are open for writing with passthrough in main: %w", syscall.EBUSY)
+	if f.passWriting(v) {
+		// Those writes would reach the view's files under the new branch.
+		return "", fmt.Errorf("files are open for writing with passthrough in %s: %w", v.Name(), syscall.EBUSY)
 	}
 	child, err := f.store.Create(name, v.Name())
 	if err != nil {
@@ -224,6 +224,10 @@ func (f *FS) branchesChanged() {
 }
 
 func (f *FS) commit(v *branch.View) error {
+	if f.passWriting(v) {
+		// Those writes would go on reaching the committed files.
+		return fmt.Errorf("files are open for writing with passthrough in %s: %w", v.Name(), syscall.EBUSY)
+	}
 	res, err := f.store.Commit(v.Name())
 	if err != nil {
 		return err

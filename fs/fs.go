@@ -29,12 +29,14 @@ const BranchPrefix = "@"
 type Passthrough string
 
 const (
-	// PassthroughAuto uses passthrough in the main view, which never goes
-	// stale. Branch views go through the daemon so that every read on a
-	// stale branch fails with ESTALE.
+	// PassthroughAuto uses passthrough for files opened read-only in every
+	// view. In a branch view such a handle keeps reading the file it
+	// opened after the branch goes stale, as an open file on overlayfs
+	// does; every request the daemon sees on a stale branch fails with
+	// ESTALE. Through the daemon, reads in a branch ran at 0.7-0.9x native.
 	PassthroughAuto Passthrough = "auto"
-	// PassthroughOn also uses it for files opened read-only in branch
-	// views; such handles keep reading after the branch goes stale.
+	// PassthroughOn is the same as PassthroughAuto, which it once
+	// extended to branch views.
 	PassthroughOn Passthrough = "on"
 	// PassthroughOff never uses it.
 	PassthroughOff Passthrough = "off"
@@ -89,7 +91,8 @@ type FS struct {
 
 	trimming atomic.Bool
 
-	passWriters atomic.Int64 // handles that write through passthrough
+	passMu      sync.Mutex
+	passWriters map[string]int // by view name: handles that write through passthrough
 }
 
 // Mount serves store at mnt until it is unmounted.

@@ -78,7 +78,7 @@ func (n *Node) newHandle(fd, flags int, identical bool, size int64, top bool) (*
 		n.openPass++
 		n.passUsed = true
 		if h.write {
-			n.fsys.passWriters.Add(1)
+			n.fsys.addPassWriter(n.view, 1)
 		}
 		return h, 0
 	}
@@ -89,6 +89,30 @@ func (n *Node) newHandle(fd, flags int, identical bool, size int64, top bool) (*
 	return h, fuse.FOPEN_KEEP_CACHE
 }
 
+// addPassWriter counts handles of view v that write through passthrough
+// (a writer joins an inode's passthrough readers, as the kernel requires).
+// Their writes reach v's files without the daemon, so v may neither be
+// branched nor committed while they are open: the writes would reach the
+// child, or after the commit the parent's file.
+func (f *FS) addPassWriter(v *branch.View, d int) {
+	f.passMu.Lock()
+	defer f.passMu.Unlock()
+	if f.passWriters == nil {
+		f.passWriters = map[string]int{}
+	}
+	f.passWriters[v.Name()] += d
+	if f.passWriters[v.Name()] == 0 {
+		delete(f.passWriters, v.Name())
+	}
+}
+
+// passWriting reports that handles of view v write through passthrough.
+func (f *FS) passWriting(v *branch.View) bool {
+	f.passMu.Lock()
+	defer f.passMu.Unlock()
+	return f.passWriters[v.Name()] > 0
+}
+
 // passthroughUsed reports that a handle of n used passthrough.
 func (n *Node) passthroughUsed() bool {
 	n.openMu.Lock()
@@ -97,7 +121,7 @@ func (n *Node) passthroughUsed() bool {
 }
 
 // passthroughAllowed: read-only opens of files of at least
-// PassthroughMinSize bytes, in the views the mode names. Small files are
+// PassthroughMinSize bytes, unless the mode is off. Small files are
 // better served from the mount's own page cache: each passthrough read
 // makes the kernel drop the file's atime, so that the next stat of the
 // file costs a GETATTR round trip (git status in the main view sent one
@@ -106,13 +130,7 @@ func (n *Node) passthroughAllowed(flags int, size int64) bool {
 	if wantsWrite(uint32(flags)) || size < n.fsys.opts.PassthroughMinSize {
 		return false
 	}
-	switch n.fsys.opts.Passthrough {
-	case PassthroughAuto:
-		return n.view.IsMain()
-	case PassthroughOn:
-		return true
-	}
-	return false
+	return n.fsys.opts.Passthrough != PassthroughOff
 }
 
 // topHandle returns one of n's open handles on its file in the view's top
@@ -491,7 +509,7 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	if h.pass {
 		n.openPass--
 		if h.write {
-			n.fsys.passWriters.Add(-1)
+			n.fsys.addPassWriter(h.view, -1)
 		}
 	} else {
 		n.openDirect--

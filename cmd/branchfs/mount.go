@@ -84,7 +84,7 @@ func mountCmd() *cobra.Command {
 	c.Flags().StringVar(&store, "store", "", "where branches are kept (default: one directory per mount point under /var/lib/branchfs or $XDG_STATE_HOME/branchfs); --storage is another name for it")
 	c.Flags().BoolVar(&foreground, "foreground", false, "serve in this process instead of starting a daemon")
 	aliasStorage(c)
-	c.Flags().StringVar(&passthrough, "passthrough", "auto", "kernel passthrough for reads: auto (main view), on (also read-only opens in branches), off; bare --passthrough means on")
+	c.Flags().StringVar(&passthrough, "passthrough", "auto", "kernel passthrough for read-only opens in every view: auto or on (the same), off; bare --passthrough means on")
 	c.Flags().Lookup("passthrough").NoOptDefVal = string(fs.PassthroughOn)
 	c.Flags().BoolVar(&listBranches, "list-branches", false, "show the @NAME entries of live branches in the listing of MNT (hidden by default, so that tools walking MNT do not walk every branch)")
 	c.Flags().Int64Var(&passthroughMinSize, "passthrough-min-size", fs.DefaultPassthroughMinSize, "files smaller than this many bytes are read through the mount's page cache instead of passthrough, which saves the round trip a stat costs after each passthrough read; 0: pass every file through")
