@@ -16,11 +16,10 @@ import (
 
 // Systems, in the order the tables list them.
 const (
-	sysNative   = "native ext4"
-	sysMain     = "branchfs main"
-	sysBranch   = "branchfs branch"
-	sysBranchPT = "branchfs branch (passthrough on)"
-	sysOverlay  = "fuse-overlayfs"
+	sysNative  = "native ext4"
+	sysMain    = "branchfs main"
+	sysBranch  = "branchfs branch"
+	sysOverlay = "fuse-overlayfs"
 )
 
 func (b *bench) add(group, cas, system, unit string, samples []float64) {
@@ -212,13 +211,11 @@ func (b *bench) throughput() {
 	makeFile(filepath.Join(base, "big"), size)
 	syncFS()
 	auto := b.mountBranchfs("io-auto", base, "auto")
-	on := b.mountBranchfs("io-on", base, "on")
 	ovl := b.mountOverlay("io-ovl", base)
 	ba, _ := createBranch(auto)
-	bo, _ := createBranch(on)
 	views := []view{
 		{sysNative, base}, {sysMain, auto}, {sysBranch, filepath.Join(auto, "@"+ba)},
-		{sysBranchPT, filepath.Join(on, "@"+bo)}, {sysOverlay, ovl},
+		{sysOverlay, ovl},
 	}
 	mb := float64(size) / (1 << 20)
 	for _, cache := range []string{"cold", "warm"} {
@@ -240,7 +237,7 @@ func (b *bench) throughput() {
 	// the sizes of the folios that readahead gets differ from file to
 	// file, and with them warm reads, by up to 5% between native copies of
 	// one file here.
-	views[0].dir = filepath.Join(b.storeDir("io-on"), "deltas", bo)
+	views[0].dir = filepath.Join(b.storeDir("io-auto"), "deltas", ba)
 	_, err := os.Stat(filepath.Join(views[0].dir, "big"))
 	must(err)
 	for _, cache := range []string{"cold", "warm"} {
@@ -249,7 +246,6 @@ func (b *bench) throughput() {
 		}, mb, cache == "cold")
 	}
 	b.unmount(auto)
-	b.unmount(on)
 	b.unmount(ovl)
 	// Writes: main is writable only without live branches, so each system
 	// gets a fresh mount.
