@@ -324,6 +324,7 @@ func TestCrashDuringOperation(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.point, func(t *testing.T) {
+			t.Parallel() // each waits mostly for its daemons to start and stop
 			m := newMount(t, "", "BRANCHFS_FAILPOINT="+c.point)
 			b := m.create("b")
 			c.before(t, b)
