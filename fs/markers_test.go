@@ -89,3 +89,29 @@ mknod dev c 0 0`, b)
 	}
 	inHome(t, home, binary, "unmount", mnt)
 }
+
+// TestStoreWithoutXattrsWarns: a base and store on ramfs, which holds no
+// user xattrs, mount with a warning that says so; deleting a base file in
+// a branch then fails with EOPNOTSUPP and leaves it.
+func TestStoreWithoutXattrsWarns(t *testing.T) {
+	dir := t.TempDir()
+	must(t, unix.Mount("ramfs", dir, "ramfs", 0, "mode=755"))
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	m := &mount{t: t, base: filepath.Join(dir, "base"), store: filepath.Join(dir, "store"), mnt: filepath.Join(dir, "mnt")}
+	must(t, os.MkdirAll(m.mnt, 0o755))
+	sampleTree(t, m.base)
+	out, err := exec.Command(binary, "mount", "--base", m.base, "--store", m.store, m.mnt).CombinedOutput()
+	if err != nil {
+		t.Fatalf("mount: %v: %s", err, out)
+	}
+	m.mounted = true
+	t.Cleanup(m.cleanup)
+	if !strings.Contains(string(out), "warning:") || !strings.Contains(string(out), "extended attributes") {
+		t.Errorf("mount says %q; want a warning about extended attributes", out)
+	}
+	b := m.create("b")
+	wantErrno(t, os.Remove(filepath.Join(b, "file")), unix.EOPNOTSUPP)
+	wantContent(t, filepath.Join(b, "file"), "base file\n")
+	writeFile(t, filepath.Join(b, "new"), "new\n") // what needs no tombstone works
+	must(t, os.Remove(filepath.Join(b, "new")))
+}

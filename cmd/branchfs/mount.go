@@ -200,8 +200,18 @@ func startDaemon(mnt, store string) error {
 	w.Close()
 	done := make(chan string, 1)
 	go func() {
-		line, _ := bufio.NewReader(r).ReadString('\n')
-		done <- strings.TrimSpace(line)
+		// Warnings come first, each on a line of its own, then "ok" or
+		// the error.
+		br := bufio.NewReader(r)
+		for {
+			line, _ := br.ReadString('\n')
+			line = strings.TrimSpace(line)
+			if !strings.HasPrefix(line, "warning: ") {
+				done <- line
+				return
+			}
+			fmt.Fprintln(os.Stderr, "branchfs:", line)
+		}
 	}()
 	select {
 	case msg := <-done:
@@ -279,6 +289,9 @@ func serve(mnt, base, storeDir string, opts fs.Options, readyFd, maxBranches int
 	defer st.Close()
 	if err := st.MarkerError(); err != nil {
 		fmt.Fprintln(os.Stderr, "branchfs: warning:", err)
+		if ready != nil {
+			fmt.Fprintln(ready, "warning:", err)
+		}
 	}
 	st.MaxBranches = maxBranches
 	st.Durable = durable
