@@ -11,7 +11,7 @@ import (
 // and xattrs it shows now, and returns the new entry. It is a no-op for
 // entries already in the top layer.
 func (v *View) CopyUp(rel string) (*Entry, error) {
-	if err := v.CheckWritable(); err != nil {
+	if err := v.beginWrite(); err != nil {
 		return nil, err
 	}
 	return v.copyUp(rel, true)

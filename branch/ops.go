@@ -18,7 +18,7 @@ func (v *View) Open(rel string, flags int) (int, *Entry, error) {
 	var e *Entry
 	var err error
 	if flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC) != 0 {
-		if err := v.CheckWritable(); err != nil {
+		if err := v.beginWrite(); err != nil {
 			return -1, nil, err
 		}
 		e, err = v.copyUp(rel, flags&unix.O_TRUNC == 0)
@@ -83,7 +83,7 @@ const openFlags = unix.O_ACCMODE | unix.O_APPEND | unix.O_DIRECT | unix.O_DIRECT
 // layer at that name: the new entry must replace it (see makeNew), and a
 // new directory must be opaque.
 func (v *View) prepareNew(rel string) (pfd int, name string, hidden bool, err error) {
-	if err := v.CheckWritable(); err != nil {
+	if err := v.beginWrite(); err != nil {
 		return -1, "", false, err
 	}
 	if rel == "" {
@@ -280,7 +280,7 @@ func (v *View) Symlink(target, rel string, o Owner) (*Entry, error) {
 
 // Link makes newRel another name of oldRel, copying oldRel up first.
 func (v *View) Link(oldRel, newRel string) (*Entry, error) {
-	if err := v.CheckWritable(); err != nil {
+	if err := v.beginWrite(); err != nil {
 		return nil, err
 	}
 	if _, err := v.copyUp(oldRel, true); err != nil {
@@ -328,7 +328,7 @@ func (v *View) whiteout(rel, op string) error {
 
 // Unlink removes a non-directory.
 func (v *View) Unlink(rel string) error {
-	if err := v.CheckWritable(); err != nil {
+	if err := v.beginWrite(); err != nil {
 		return err
 	}
 	e, err := v.Lookup(rel)
@@ -351,7 +351,7 @@ func (v *View) Unlink(rel string) error {
 
 // Rmdir removes an empty directory.
 func (v *View) Rmdir(rel string) error {
-	if err := v.CheckWritable(); err != nil {
+	if err := v.beginWrite(); err != nil {
 		return err
 	}
 	if rel == "" {
@@ -466,7 +466,7 @@ func (v *View) bringUp(rel string, e *Entry) error {
 // brought up first; a tombstone is left where the old name showed a lower
 // entry.
 func (v *View) Rename(oldRel, newRel string, flags uint) error {
-	if err := v.CheckWritable(); err != nil {
+	if err := v.beginWrite(); err != nil {
 		return err
 	}
 	if flags&^uint(unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE) != 0 {
@@ -612,7 +612,7 @@ func (v *View) Rename(oldRel, newRel string, flags uint) error {
 
 // topEntry copies rel up and calls fn with its top-layer parent and name.
 func (v *View) topEntry(rel string, withData bool, fn func(pfd int, name string) error) error {
-	if err := v.CheckWritable(); err != nil {
+	if err := v.beginWrite(); err != nil {
 		return err
 	}
 	if _, err := v.copyUp(rel, withData); err != nil {

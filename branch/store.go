@@ -614,7 +614,7 @@ func (s *Store) Create(name, parent string) (*View, error) {
 	if slices.Contains(s.leftovers, name) {
 		s.trashLeftovers() // a finished branch's delta, in the new one's place
 	}
-	// The delta directory is made at the first write (View.CheckWritable).
+	// The delta directory is made at the first write (View.beginWrite).
 	m := &b.meta
 	rec := logRecord{Op: logCreate, Name: name, Parent: m.Parent, ParentEpoch: m.ParentEpoch, Created: m.Created}
 	if _, err := s.log.append(&rec, false); err != nil {

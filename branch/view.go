@@ -48,7 +48,9 @@ func (v *View) Check() error {
 
 // CheckWritable also refuses writes to a view that has live children: they
 // see it as their lower layer, which must not move under them; and to both
-// sides of a commit that could neither finish nor roll back.
+// sides of a commit that could neither finish nor roll back. It changes
+// nothing: a write through a handle already open on the top layer needs no
+// more than this check.
 func (v *View) CheckWritable() error {
 	if err := v.Check(); err != nil {
 		return err
@@ -61,6 +63,15 @@ func (v *View) CheckWritable() error {
 	}
 	if j := v.store.owedDone.Load(); j != nil && j.Parent == v.br.meta.Name {
 		return ErrUnfinished
+	}
+	return nil
+}
+
+// beginWrite is CheckWritable for an operation that writes to the top
+// layer by path: it also makes the top layer's directory.
+func (v *View) beginWrite() error {
+	if err := v.CheckWritable(); err != nil {
+		return err
 	}
 	return v.makeTop()
 }
