@@ -14,6 +14,16 @@
 //	STORE/branches/NAME/       reserved for per-branch data such as
 //	                           checkpointed process memory (images/)
 //	STORE/tmp/, STORE/trash/   staging for creation and deletion
+//
+// Locking. Store.mu is the outermost lock. Every view operation holds it
+// shared, from its first lookup to its last change (View.Lock, LockRoot);
+// create, commit, abort and close hold it exclusively, so that no operation
+// sees half of a commit. Inside it, and never around it, are leaves under
+// which no other lock is taken: View.cacheMu (a view's cache of directory
+// layering) and layer.mu (making a branch's delta directory at its first
+// write); and in the FUSE glue Node.openMu (a node's open handles, then
+// FS.passMu) and FS.mu (the inode budget). Methods named ...Locked, and
+// those whose "Preconditions:" say so, expect the caller to hold Store.mu.
 package branch
 
 import (

@@ -14,6 +14,12 @@ import (
 // View is what one branch shows: its delta over its ancestors' deltas over
 // the base. Paths are relative to the view root, "" being the root. The main
 // view has the base as its only, writable, layer.
+//
+// Preconditions: the methods that look up or change paths (all but Name,
+// IsMain, Check, CheckWritable, Lock, LockRoot and Unlock) run between Lock
+// (or LockRoot) and Unlock, which hold the store's lock shared for the
+// whole operation: a commit, which holds it exclusively, then never moves a
+// file between an operation's lookup and its change.
 type View struct {
 	store  *Store
 	br     *Branch
