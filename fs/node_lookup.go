@@ -108,9 +108,8 @@ func (n *Node) OnForget() {
 // file is another file. Only an inode whose name is gone answers from its
 // handle.
 func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if h := n.topHandle(false); h != nil {
-		defer n.openMu.Unlock()
-		return h.Getattr(ctx, out)
+	if errno, ok := n.withTop(false, func(h *fileHandle) syscall.Errno { return h.Getattr(ctx, out) }); ok {
+		return errno
 	}
 	if n.viewRoot {
 		if err := n.view.LockRoot(); err != nil {

@@ -133,17 +133,17 @@ func (n *Node) passthroughAllowed(flags int, size int64) bool {
 	return n.fsys.opts.Passthrough != PassthroughOff
 }
 
-// topHandle returns one of n's open handles on its file in the view's top
+// withTop runs fn on one of n's open handles on its file in the view's top
 // layer (one open for writing if write is set), with openMu held so that
-// Release cannot close the descriptor before the caller unlocks; or nil,
-// with openMu released.
-func (n *Node) topHandle(write bool) *fileHandle {
+// Release cannot close the descriptor meanwhile. Without such a handle it
+// reports false and does not run fn.
+func (n *Node) withTop(write bool, fn func(h *fileHandle) syscall.Errno) (syscall.Errno, bool) {
 	n.openMu.Lock()
-	if len(n.tops) > 0 && (n.tops[0].write || !write) {
-		return n.tops[0]
+	defer n.openMu.Unlock()
+	if len(n.tops) == 0 || write && !n.tops[0].write {
+		return 0, false
 	}
-	n.openMu.Unlock()
-	return nil
+	return fn(n.tops[0]), true
 }
 
 // forgetTops stops n's open handles from answering for n's name: a commit
@@ -164,9 +164,8 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		return n.setattrFd(ctx, h, in, out)
 	}
 	_, resize := in.GetSize() // ftruncate needs a descriptor open for writing
-	if h := n.topHandle(resize); h != nil {
-		defer n.openMu.Unlock()
-		return n.setattrFd(ctx, h, in, out)
+	if errno, ok := n.withTop(resize, func(h *fileHandle) syscall.Errno { return n.setattrFd(ctx, h, in, out) }); ok {
+		return errno
 	}
 	rel, ok := n.rel()
 	if !ok {
@@ -327,19 +326,27 @@ func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if len(dest) == 0 {
 		dest = nil
 	}
-	var get func(buf []byte) (int, error)
-	if h := n.topHandle(false); h != nil {
-		// The kernel asks for security.capability before every write and
-		// chown that follows a change of attributes (killpriv.go).
-		defer n.openMu.Unlock()
-		get = func(buf []byte) (int, error) { return branch.FdGetXattr(h.fd, attr, buf) }
-	} else {
-		rel, ok := n.rel()
-		if !ok {
-			return 0, syscall.ESTALE
-		}
-		get = func(buf []byte) (int, error) { return n.view.GetXattr(rel, attr, buf) }
+	// The kernel asks for security.capability before every write and
+	// chown that follows a change of attributes (killpriv.go): an open
+	// file answers without a lookup.
+	var sz uint32
+	errno, ok := n.withTop(false, func(h *fileHandle) (errno syscall.Errno) {
+		sz, errno = getxattr(dest, func(buf []byte) (int, error) { return branch.FdGetXattr(h.fd, attr, buf) })
+		return errno
+	})
+	if ok {
+		return sz, errno
 	}
+	rel, ok := n.rel()
+	if !ok {
+		return 0, syscall.ESTALE
+	}
+	return getxattr(dest, func(buf []byte) (int, error) { return n.view.GetXattr(rel, attr, buf) })
+}
+
+// getxattr answers a getxattr into dest with get, or with the size needed
+// and ERANGE.
+func getxattr(dest []byte, get func(buf []byte) (int, error)) (uint32, syscall.Errno) {
 	sz, err := get(dest)
 	if err == unix.ERANGE {
 		sz, err = get(nil)
@@ -357,13 +364,15 @@ func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	defer n.view.Unlock()
 	var names []string
 	var err error
-	if h := n.topHandle(false); h != nil {
+	if _, open := n.withTop(false, func(h *fileHandle) syscall.Errno {
 		names, err = branch.FdListXattr(h.fd)
-		n.openMu.Unlock()
-	} else if rel, ok := n.rel(); ok {
+		return 0
+	}); !open {
+		rel, ok := n.rel()
+		if !ok {
+			return 0, syscall.ESTALE
+		}
 		names, err = n.view.ListXattr(rel)
-	} else {
-		return 0, syscall.ESTALE
 	}
 	if err != nil {
 		return 0, toErrno(err)
@@ -400,12 +409,13 @@ func (n *Node) changeAttr(change func(rel string) error, changeFd func(fd int) e
 		return toErrno(err)
 	}
 	defer n.view.Unlock()
-	if h := n.topHandle(false); h != nil {
-		defer n.openMu.Unlock()
+	if errno, ok := n.withTop(false, func(h *fileHandle) syscall.Errno {
 		if err := n.view.CheckWritable(); err != nil {
 			return toErrno(err)
 		}
 		return toErrno(changeFd(h.fd))
+	}); ok {
+		return errno
 	}
 	rel, ok := n.rel()
 	if !ok {
