@@ -19,7 +19,7 @@ func (v *View) CopyUp(rel string) (*Entry, error) {
 
 func (v *View) copyUp(rel string, withData bool) (*Entry, error) {
 	e, err := v.Lookup(rel)
-	if err != nil || e.Layer == 0 {
+	if err != nil || !e.Lower() {
 		return e, err
 	}
 	if e.IsDir() {

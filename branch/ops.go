@@ -17,7 +17,7 @@ type Owner struct{ Uid, Gid uint32 }
 func (v *View) Open(rel string, flags int) (int, *Entry, error) {
 	var e *Entry
 	var err error
-	if flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC) != 0 {
+	if OpensForWrite(flags) {
 		if err := v.beginWrite(); err != nil {
 			return -1, nil, err
 		}
@@ -71,6 +71,10 @@ func (v *View) openRead(rel string, flags int) (int, *Entry) {
 	}
 	return -1, nil
 }
+
+// OpensForWrite reports open(2) flags that open a file for writing, O_TRUNC
+// included: Open copies the file up first if it is Lower.
+func OpensForWrite(flags int) bool { return flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC) != 0 }
 
 // openFlags are the open(2) flags passed on to the underlying file. The
 // kernel adds internal bits (such as __FMODE_EXEC when a file is executed)

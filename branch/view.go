@@ -170,11 +170,15 @@ type Entry struct {
 // own (Identity). Were they one file to the kernel, a write through one
 // name would copy up whichever name the kernel had for it.
 func (e *Entry) partLinks(rel string) {
-	if e.Layer > 0 && e.Stat.Nlink > 1 && e.Stat.Mode&unix.S_IFMT != unix.S_IFDIR {
+	if e.Lower() && e.Stat.Nlink > 1 && e.Stat.Mode&unix.S_IFMT != unix.S_IFDIR {
 		e.apart = rel
 		e.Stat.Nlink = 1
 	}
 }
+
+// Lower reports an entry that a layer below the top shows: the first change
+// to it copies it up.
+func (e *Entry) Lower() bool { return e.Layer != 0 }
 
 // IsDir reports a directory entry.
 func (e *Entry) IsDir() bool { return e.Stat.Mode&unix.S_IFMT == unix.S_IFDIR }
@@ -438,7 +442,7 @@ func (v *View) readDir(rel string, skip func(name string) bool) ([]DirEntry, err
 		}
 	}
 	for i := range out {
-		if d := &out[i]; d.Stat != nil && d.Layer > 0 && d.Stat.Nlink > 1 {
+		if d := &out[i]; d.Stat != nil && d.Stat.Nlink > 1 { // partLinks decides
 			e := Entry{Layer: d.Layer, Stat: *d.Stat}
 			e.partLinks(joinRel(rel, d.Name))
 			*d.Stat, d.apart = e.Stat, e.apart

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/branchfs/branchfs/branch"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
@@ -224,8 +225,7 @@ func mayBlock(req []byte) bool {
 		if len(req) < int(unsafe.Sizeof(fuse.OpenIn{})) {
 			return false
 		}
-		flags := (*fuse.OpenIn)(unsafe.Pointer(&req[0])).Flags
-		return flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
+		return branch.OpensForWrite(int((*fuse.OpenIn)(unsafe.Pointer(&req[0])).Flags))
 	case opCreate:
 		// O_EXCL makes a new file; without it an existing one may be
 		// opened for writing.

@@ -13,22 +13,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func wantsWrite(flags uint32) bool {
-	return flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0
-}
-
 func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	rel, errno := n.begin()
 	if errno != 0 {
 		return nil, 0, errno
 	}
 	defer n.view.Unlock()
-	if wantsWrite(flags) && n.passthroughUsed() {
+	if branch.OpensForWrite(int(flags)) && n.passthroughUsed() {
 		e, err := n.view.Stat(rel)
 		if err != nil {
 			return nil, 0, toErrno(err)
 		}
-		if e.Layer != 0 && n.identical(e) {
+		if e.Lower() && n.identical(e) {
 			// The file is about to be copied up, and the kernel reads or
 			// has read this inode's backing file (the lower one)
 			// directly: the copy must be another inode, or the kernel
@@ -48,7 +44,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if err != nil {
 		return nil, 0, toErrno(err)
 	}
-	h, fuseFlags := n.newHandle(fd, int(flags), n.identical(e), e.Stat.Size, e.Layer == 0)
+	h, fuseFlags := n.newHandle(fd, int(flags), n.identical(e), e.Stat.Size, !e.Lower())
 	return h, fuseFlags, 0
 }
 
@@ -57,7 +53,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 // and passthrough is only ever offered for the file the inode stands for,
 // never for a copy made since.
 func (n *Node) newHandle(fd, flags int, identical bool, size int64, top bool) (*fileHandle, uint32) {
-	h := &fileHandle{node: n, view: n.view, fd: fd, write: wantsWrite(uint32(flags))}
+	h := &fileHandle{node: n, view: n.view, fd: fd, write: branch.OpensForWrite(flags)}
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
 	switch {
@@ -127,7 +123,7 @@ func (n *Node) passthroughUsed() bool {
 // file costs a GETATTR round trip (git status in the main view sent one
 // per file it had read the time before).
 func (n *Node) passthroughAllowed(flags int, size int64) bool {
-	if wantsWrite(uint32(flags)) || size < n.fsys.opts.PassthroughMinSize {
+	if branch.OpensForWrite(flags) || size < n.fsys.opts.PassthroughMinSize {
 		return false
 	}
 	return n.fsys.opts.Passthrough != PassthroughOff
@@ -428,7 +424,7 @@ func (n *Node) changeAttr(change func(rel string) error, changeFd func(fd int) e
 	if err := change(rel); err != nil {
 		return toErrno(err)
 	}
-	if before.Layer != 0 {
+	if before.Lower() {
 		n.replaced()
 	}
 	return 0
