@@ -7,16 +7,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// CopyUp makes rel exist in the top layer with the data, mode, owner, times
-// and xattrs it shows now, and returns the new entry. It is a no-op for
-// entries already in the top layer.
-func (v *View) CopyUp(rel string) (*Entry, error) {
-	if err := v.beginWrite(); err != nil {
-		return nil, err
-	}
-	return v.copyUp(rel, true)
-}
-
+// copyUp makes rel exist in the top layer with the data (unless withData
+// is false), mode, owner, times and xattrs it shows now, and returns the
+// new entry. It is a no-op for entries already in the top layer.
+// Preconditions: beginWrite succeeded.
 func (v *View) copyUp(rel string, withData bool) (*Entry, error) {
 	e, err := v.Lookup(rel)
 	if err != nil || !e.Lower() {

@@ -526,7 +526,8 @@ func (s *Store) devIndex(dev uint64) uint64 {
 	return i
 }
 
-// Close releases the store lock and layer descriptors.
+// Close releases the store lock and layer descriptors. Its error is the
+// state log's or the lock file's close failing.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	s.trashLeftovers()
@@ -539,13 +540,14 @@ func (s *Store) Close() error {
 	if s.base != nil {
 		s.base.close()
 	}
+	var errs []error
 	if s.log != nil {
-		s.log.close()
+		errs = append(errs, s.log.close())
 	}
 	if s.lockFile != nil {
-		s.lockFile.Close()
+		errs = append(errs, s.lockFile.Close())
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Dir is the store directory.
