@@ -278,25 +278,6 @@ func (v *View) copySpecial(src *layer, rel string, e *Entry, pfd int, name strin
 	return v.store.placeNew("copyup", staged, pfd, name)
 }
 
-func (l *layer) readlink(rel string) (string, error) {
-	pfd, name, err := l.parent(rel)
-	if err != nil {
-		return "", err
-	}
-	defer unix.Close(pfd)
-	buf := make([]byte, 4096)
-	for {
-		n, err := unix.Readlinkat(pfd, name, buf)
-		if err != nil {
-			return "", err
-		}
-		if n < len(buf) {
-			return string(buf[:n]), nil
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-}
-
 // copyXattrs copies the xattrs of src (any descriptor) to dst: the file
 // itself when name is "", else name beneath directory dst. Internal markers
 // are not copied; xattrs the destination refuses are skipped.

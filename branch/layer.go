@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -275,4 +276,169 @@ func joinRel(dir, name string) string {
 		return name
 	}
 	return dir + "/" + name
+}
+
+// scrub removes tombstones and opaque markers from a tree that moves into
+// the base, where nothing lies below to hide; the root's own marker only
+// when root is set.
+func (l *layer) scrub(rel string, root bool) error {
+	st, err := l.lstat(rel)
+	if isNotExist(err) || err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	fd, err := l.open(rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if root {
+		if err := unix.Removexattr(procPath(fd), opaqueXattr); err != nil && !errors.Is(err, unix.ENODATA) {
+			return err
+		}
+	}
+	ents, err := l.readDirTyped(rel)
+	if err != nil {
+		return err
+	}
+	for _, d := range ents {
+		switch d.Type {
+		case syscall.DT_REG, syscall.DT_UNKNOWN:
+			var cst unix.Stat_t
+			if unix.Fstatat(fd, d.Name, &cst, unix.AT_SYMLINK_NOFOLLOW) == nil && isWhiteout(fd, d.Name, &cst) {
+				if err := unix.Unlinkat(fd, d.Name, 0); err != nil {
+					return err
+				}
+			}
+		case syscall.DT_DIR:
+			if err := l.scrub(joinRel(rel, d.Name), true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (l *layer) setDirMeta(rel string, m *dirMeta) error {
+	pfd, name, err := l.parent(rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	if name == "" {
+		name = "."
+	}
+	if err := unix.Fchownat(pfd, name, int(m.Uid), int(m.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil && !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	if err := chmodAt(pfd, name, m.Mode); err != nil {
+		return err
+	}
+	fd, err := unix.Openat(pfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	old, _ := listXattrs(procPath(fd))
+	for _, n := range old {
+		if _, keep := m.Xattrs[n]; !keep && !IsInternalXattr(n) {
+			unix.Removexattr(procPath(fd), n)
+		}
+	}
+	for n, v := range m.Xattrs {
+		if err := unix.Setxattr(procPath(fd), n, v, 0); err != nil {
+			return err
+		}
+	}
+	ts := []unix.Timespec{unix.NsecToTimespec(m.Atime), unix.NsecToTimespec(m.Mtime)}
+	return unix.UtimesNanoAt(pfd, name, ts, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// names lists every name in a layer directory, tombstones included.
+func (l *layer) names(rel string) ([]string, error) {
+	fd, err := l.open(rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return fdNames(fd)
+}
+
+func fdNames(fd int) ([]string, error) {
+	var names []string
+	err := getdents(fd, func(d *unix.Dirent, name string) { names = append(names, name) })
+	return names, err
+}
+
+// readDirTyped lists a layer directory with entry types, tombstones included.
+func (l *layer) readDirTyped(rel string) ([]DirEntry, error) {
+	return l.readDirMerge(rel, 0, nil, nil, nil, false)
+}
+
+func (l *layer) readlink(rel string) (string, error) {
+	pfd, name, err := l.parent(rel)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(pfd)
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.Readlinkat(pfd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < len(buf) {
+			return string(buf[:n]), nil
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// readDirMerge appends the entries of rel not yet in seen (nil: keep all),
+// without tombstones when hideWhiteouts, with attributes as readDir's skip
+// says.
+func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []DirEntry, skip func(string) bool, hideWhiteouts bool) ([]DirEntry, error) {
+	fd, err := l.open(rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return out, err
+	}
+	defer unix.Close(fd)
+	var firstErr error
+	err = getdents(fd, func(d *unix.Dirent, name string) {
+		if rel == "" && isStageName(name) {
+			return
+		}
+		if seen != nil {
+			if seen[name] {
+				return
+			}
+			seen[name] = true
+		}
+		de := DirEntry{Name: name, Type: d.Type, Ino: d.Ino, Layer: index}
+		plus := skip != nil && !skip(name)
+		// A tombstone is a regular file; the type may be unknown.
+		maybeTomb := hideWhiteouts && (d.Type == syscall.DT_REG || d.Type == syscall.DT_UNKNOWN)
+		if plus || maybeTomb {
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				if !isNotExist(err) && firstErr == nil {
+					firstErr = err
+				}
+				return // gone since getdents
+			}
+			if maybeTomb && isWhiteout(fd, name, &st) {
+				return
+			}
+			if plus {
+				de.Stat = &st
+			}
+		}
+		out = append(out, de)
+	})
+	if err == nil {
+		err = firstErr
+	}
+	return out, err
 }

@@ -5,7 +5,6 @@ import (
 	"hash/fnv"
 	"path"
 	"sync"
-	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -449,53 +448,6 @@ func (v *View) readDir(rel string, skip func(name string) bool) ([]DirEntry, err
 		}
 	}
 	return out, nil
-}
-
-// readDirMerge appends the entries of rel not yet in seen (nil: keep all),
-// without tombstones when hideWhiteouts, with attributes as readDir's skip
-// says.
-func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []DirEntry, skip func(string) bool, hideWhiteouts bool) ([]DirEntry, error) {
-	fd, err := l.open(rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return out, err
-	}
-	defer unix.Close(fd)
-	var firstErr error
-	err = getdents(fd, func(d *unix.Dirent, name string) {
-		if rel == "" && isStageName(name) {
-			return
-		}
-		if seen != nil {
-			if seen[name] {
-				return
-			}
-			seen[name] = true
-		}
-		de := DirEntry{Name: name, Type: d.Type, Ino: d.Ino, Layer: index}
-		plus := skip != nil && !skip(name)
-		// A tombstone is a regular file; the type may be unknown.
-		maybeTomb := hideWhiteouts && (d.Type == syscall.DT_REG || d.Type == syscall.DT_UNKNOWN)
-		if plus || maybeTomb {
-			var st unix.Stat_t
-			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				if !isNotExist(err) && firstErr == nil {
-					firstErr = err
-				}
-				return // gone since getdents
-			}
-			if maybeTomb && isWhiteout(fd, name, &st) {
-				return
-			}
-			if plus {
-				de.Stat = &st
-			}
-		}
-		out = append(out, de)
-	})
-	if err == nil {
-		err = firstErr
-	}
-	return out, err
 }
 
 // direntBufs holds getdents buffers: a fresh 32 KiB buffer per listing
