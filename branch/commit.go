@@ -20,7 +20,7 @@ import (
 //     to stop one (preflight.go) and reserves the state log's space for
 //     its records.
 //   - The plan (the journal) is appended to the state log, flushed to the
-//     disk first with Store.Durable.
+//     disk first with Options.Durable.
 //   - Each step is a rename. What a step replaces or removes in the target
 //     moves into the stage, not away, so every step can be undone; every
 //     step and its undo can also run again with the same result.
@@ -141,7 +141,7 @@ func (s *Store) Commit(name string) (*CommitResult, error) {
 		c.clearStage()
 		return nil, &BranchError{"commit", name, err}
 	}
-	at, err := s.log.append(j, s.Durable)
+	at, err := s.log.append(j, s.opts.Durable)
 	if err == nil {
 		err = failpoint("commit-journaled")
 	}
@@ -210,7 +210,7 @@ func (s *Store) prepare(c *commitRun) error {
 				return err
 			}
 		}
-		if s.Durable {
+		if s.opts.Durable {
 			if err := unix.Syncfs(c.stage); err != nil {
 				return err
 			}

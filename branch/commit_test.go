@@ -165,7 +165,7 @@ func newStoreApart(t *testing.T) (*Store, string) {
 	}
 	os.WriteFile(filepath.Join(base, "f"), []byte("base"), 0o644)
 	os.WriteFile(filepath.Join(base, "d", "x"), []byte("x"), 0o644)
-	s, err := Open(store, base)
+	s, err := Open(store, base, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func failAt(step string, err error) func(string) error {
 func reopen(t *testing.T, s *Store) *Store {
 	t.Helper()
 	s.Close()
-	s2, err := Open(s.Dir(), s.Base())
+	s2, err := Open(s.Dir(), s.Base(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

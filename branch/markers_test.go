@@ -85,7 +85,7 @@ func TestFormat1StoreConverted(t *testing.T) {
 	data, _ := os.ReadFile(meta)
 	must(os.WriteFile(meta, []byte(strings.Replace(string(data), `"version": 2`, `"version": 1`, 1)), 0o600))
 
-	s, err := Open(dir, base)
+	s, err := Open(dir, base, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestStoreWithoutXattrs(t *testing.T) {
 	base := filepath.Join(dir, "base")
 	os.MkdirAll(filepath.Join(base, "d"), 0o755)
 	os.WriteFile(filepath.Join(base, "f"), []byte("base"), 0o644)
-	s, err := Open(filepath.Join(dir, "store"), base)
+	s, err := Open(filepath.Join(dir, "store"), base, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func markersAsUser(t *testing.T, dir string) {
 	os.WriteFile(filepath.Join(base, "f"), []byte("base"), 0o644)
 	os.WriteFile(filepath.Join(base, "d", "x"), []byte("x"), 0o644)
 	os.WriteFile(filepath.Join(base, "g"), []byte("g"), 0o644)
-	s, err := Open(filepath.Join(dir, "store"), base)
+	s, err := Open(filepath.Join(dir, "store"), base, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

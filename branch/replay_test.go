@@ -21,7 +21,7 @@ func TestCommitKilledHelper(t *testing.T) {
 	}
 	step, dirs, _ := strings.Cut(spec, ":")
 	dir, base, _ := strings.Cut(dirs, ":")
-	s, err := Open(dir, base)
+	s, err := Open(dir, base, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

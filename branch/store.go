@@ -137,13 +137,18 @@ type Store struct {
 	// could not be recorded (Store.recordDone); changed under mu.
 	owedDone atomic.Pointer[logRecord]
 
+	opts Options
+	// noMarkers says why the store cannot hold tombstones (checkXattrs).
+	noMarkers error
+}
+
+// Options are how a store behaves for the mount that opens it.
+type Options struct {
 	// Durable flushes a commit's journal record to the disk before the
 	// commit moves anything. Without it a commit is all-or-nothing across
 	// crashes of the daemon (the record is in the page cache, which
 	// outlives the process) but not across power loss.
 	Durable bool
-	// noMarkers says why the store cannot hold tombstones (checkXattrs).
-	noMarkers error
 	// MaxBranches, when above zero, limits how many branches may be live
 	// or stale at once; Create fails with ErrTooMany beyond it.
 	MaxBranches int
@@ -151,7 +156,7 @@ type Store struct {
 
 // Open opens (creating if needed) the store in dir for the base directory
 // base, finishing any commit a crash interrupted.
-func Open(dir, base string) (*Store, error) {
+func Open(dir, base string, o Options) (*Store, error) {
 	base, err := filepath.Abs(base)
 	if err != nil {
 		return nil, err
@@ -169,7 +174,7 @@ func Open(dir, base string) (*Store, error) {
 			return nil, err
 		}
 	}
-	s := &Store{dir: dir, branches: map[string]*Branch{}, devs: map[uint64]uint64{}}
+	s := &Store{dir: dir, opts: o, branches: map[string]*Branch{}, devs: map[uint64]uint64{}}
 	if err := s.lock(); err != nil {
 		return nil, err
 	}
@@ -611,7 +616,7 @@ func (s *Store) Create(name, parent string) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.MaxBranches > 0 && s.countUnfinished() >= s.MaxBranches {
+	if s.opts.MaxBranches > 0 && s.countUnfinished() >= s.opts.MaxBranches {
 		return nil, &BranchError{"create", name, ErrTooMany}
 	}
 	switch p.State() {

@@ -22,7 +22,7 @@ func newStore(t testing.TB) (*Store, string) {
 	}
 	os.WriteFile(filepath.Join(base, "f"), []byte("base"), 0o644)
 	os.WriteFile(filepath.Join(base, "d", "x"), []byte("x"), 0o644)
-	s, err := Open(filepath.Join(dir, "store"), base)
+	s, err := Open(filepath.Join(dir, "store"), base, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,12 @@ func make127() []byte {
 
 func TestMaxBranches(t *testing.T) {
 	s, _ := newStore(t)
-	s.MaxBranches = 2
+	s.Close()
+	s, err := Open(s.Dir(), s.Base(), Options{MaxBranches: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	for _, name := range []string{"a", "b"} {
 		if _, err := s.Create(name, MainName); err != nil {
 			t.Fatal(err)
@@ -171,7 +176,7 @@ func TestDeltaMadeAtFirstWrite(t *testing.T) {
 	// Remount: the unwritten branches come back, still without deltas.
 	dir := s.Dir()
 	s.Close()
-	if s, err = Open(dir, base); err != nil {
+	if s, err = Open(dir, base, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()

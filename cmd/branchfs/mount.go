@@ -282,7 +282,7 @@ func serve(mnt, base, storeDir string, opts fs.Options, readyFd, maxBranches int
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(50)
 	}
-	st, err := branch.Open(storeDir, base)
+	st, err := branch.Open(storeDir, base, branch.Options{Durable: durable, MaxBranches: maxBranches})
 	if err != nil {
 		return fail(err)
 	}
@@ -293,8 +293,6 @@ func serve(mnt, base, storeDir string, opts fs.Options, readyFd, maxBranches int
 			fmt.Fprintln(ready, "warning:", err)
 		}
 	}
-	st.MaxBranches = maxBranches
-	st.Durable = durable
 	fsys, err := fs.Mount(mnt, st, opts)
 	if err != nil {
 		return fail(fmt.Errorf("mount %s: %w", mnt, err))
