@@ -101,44 +101,6 @@ func (n *Node) OnForget() {
 	n.fsys.nodeForgotten(n)
 }
 
-// Getattr answers for the file n's name stands for now: the kernel keeps
-// one set of attributes per inode. When the request names no handle, as
-// from stat and fstat alike, go-fuse passes any open handle of the inode,
-// and one opened before a copy-up or before a child's commit replaced the
-// file is another file. Only an inode whose name is gone answers from its
-// handle.
-func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if errno, ok := n.withTop(false, func(h *fileHandle) syscall.Errno { return h.Getattr(ctx, out) }); ok {
-		return errno
-	}
-	if n.viewRoot {
-		if err := n.view.LockRoot(); err != nil {
-			return toErrno(err)
-		}
-		defer n.view.Unlock()
-		e, err := n.view.Stat("")
-		if err != nil {
-			return toErrno(err)
-		}
-		fillAttr(&out.Attr, &e.Stat)
-		return 0
-	}
-	rel, errno := n.begin()
-	if h, ok := fh.(*fileHandle); ok && errno == syscall.ESTALE {
-		return h.Getattr(ctx, out)
-	}
-	if errno != 0 {
-		return errno
-	}
-	defer n.view.Unlock()
-	e, err := n.view.Stat(rel)
-	if err != nil {
-		return toErrno(err)
-	}
-	fillAttr(&out.Attr, &e.Stat)
-	return 0
-}
-
 func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	rel, errno := n.begin()
 	if errno != 0 {

@@ -1,0 +1,243 @@
+package fs
+
+import (
+	"context"
+	"slices"
+	"syscall"
+
+	"github.com/branchfs/branchfs/branch"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	rel, errno := n.begin()
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	defer n.view.Unlock()
+	if branch.OpensForWrite(int(flags)) && n.passthroughUsed() {
+		e, err := n.view.Stat(rel)
+		if err != nil {
+			return nil, 0, toErrno(err)
+		}
+		if e.Lower() && n.identical(e) {
+			// The file is about to be copied up, and the kernel reads or
+			// has read this inode's backing file (the lower one)
+			// directly: the copy must be another inode, or the kernel
+			// would send our writes to the lower file, and could never
+			// pass reads of the copy through. ESTALE makes the kernel
+			// look the name up again and retry the open on the new inode.
+			fd, _, err := n.view.Open(rel, int(flags))
+			if err != nil {
+				return nil, 0, toErrno(err)
+			}
+			unix.Close(fd)
+			n.replaced()
+			return nil, 0, syscall.ESTALE
+		}
+	}
+	fd, e, err := n.view.Open(rel, int(flags))
+	if err != nil {
+		return nil, 0, toErrno(err)
+	}
+	h, fuseFlags := n.newHandle(fd, int(flags), n.identical(e), e.Stat.Size, !e.Lower())
+	return h, fuseFlags, 0
+}
+
+// newHandle wraps fd, the file in the view's top layer if top, and decides
+// passthrough. An inode's opens must all use passthrough or none of them,
+// and passthrough is only ever offered for the file the inode stands for,
+// never for a copy made since.
+func (n *Node) newHandle(fd, flags int, identical bool, size int64, top bool) (*fileHandle, uint32) {
+	h := &fileHandle{node: n, view: n.view, fd: fd, write: branch.OpensForWrite(flags)}
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	switch {
+	case h.write:
+		n.tops = append([]*fileHandle{h}, n.tops...)
+	case top:
+		n.tops = append(n.tops, h)
+	}
+	switch {
+	case !identical:
+	case n.openPass > 0:
+		h.pass = true
+	case n.openDirect > 0:
+	default:
+		h.pass = n.passthroughAllowed(flags, size)
+	}
+	if h.pass {
+		n.openPass++
+		n.passUsed = true
+		if h.write {
+			n.fsys.addPassWriter(n.view, 1)
+		}
+		return h, 0
+	}
+	n.openDirect++
+	// The kernel may keep the file's pages from one open to the next:
+	// writes reach it through this mount, and commits and staleness
+	// invalidate what they change (afterCommit, notifyTree).
+	return h, fuse.FOPEN_KEEP_CACHE
+}
+
+// addPassWriter counts handles of view v that write through passthrough
+// (a writer joins an inode's passthrough readers, as the kernel requires).
+// Their writes reach v's files without the daemon, so v may neither be
+// branched nor committed while they are open: the writes would reach the
+// child, or after the commit the parent's file.
+func (f *FS) addPassWriter(v *branch.View, d int) {
+	f.passMu.Lock()
+	defer f.passMu.Unlock()
+	if f.passWriters == nil {
+		f.passWriters = map[string]int{}
+	}
+	f.passWriters[v.Name()] += d
+	if f.passWriters[v.Name()] == 0 {
+		delete(f.passWriters, v.Name())
+	}
+}
+
+// passWriting reports that handles of view v write through passthrough.
+func (f *FS) passWriting(v *branch.View) bool {
+	f.passMu.Lock()
+	defer f.passMu.Unlock()
+	return f.passWriters[v.Name()] > 0
+}
+
+// passthroughUsed reports that a handle of n used passthrough.
+func (n *Node) passthroughUsed() bool {
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	return n.passUsed
+}
+
+// passthroughAllowed: read-only opens of files of at least
+// PassthroughMinSize bytes, unless the mode is off. Small files are
+// better served from the mount's own page cache: each passthrough read
+// makes the kernel drop the file's atime, so that the next stat of the
+// file costs a GETATTR round trip (git status in the main view sent one
+// per file it had read the time before).
+func (n *Node) passthroughAllowed(flags int, size int64) bool {
+	if branch.OpensForWrite(flags) || size < n.fsys.opts.PassthroughMinSize {
+		return false
+	}
+	return n.fsys.opts.Passthrough != PassthroughOff
+}
+
+// withTop runs fn on one of n's open handles on its file in the view's top
+// layer (one open for writing if write is set), with openMu held so that
+// Release cannot close the descriptor meanwhile. Without such a handle it
+// reports false and does not run fn.
+func (n *Node) withTop(write bool, fn func(h *fileHandle) syscall.Errno) (syscall.Errno, bool) {
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	if len(n.tops) == 0 || write && !n.tops[0].write {
+		return 0, false
+	}
+	return fn(n.tops[0]), true
+}
+
+// forgetTops stops n's open handles from answering for n's name: a commit
+// has put another file there. They stay open on the file they had.
+func (n *Node) forgetTops() {
+	n.openMu.Lock()
+	n.tops = nil
+	n.openMu.Unlock()
+}
+
+// fileHandle is an open file of a view. Every call checks the view first,
+// so that handles on a stale branch fail with ESTALE.
+type fileHandle struct {
+	node  *Node
+	view  *branch.View
+	fd    int
+	write bool
+	pass  bool
+}
+
+func (h *fileHandle) PassthroughFd() (int, bool) { return h.fd, h.pass }
+
+func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if err := h.view.Check(); err != nil {
+		return nil, toErrno(err)
+	}
+	n, err := unix.Pread(h.fd, dest, off)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if err := h.view.CheckWritable(); err != nil {
+		return 0, toErrno(err)
+	}
+	n, err := unix.Pwrite(h.fd, data, off)
+	if err != nil {
+		return uint32(max(n, 0)), toErrno(err)
+	}
+	return uint32(n), 0
+}
+
+func (h *fileHandle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	if err := h.view.Check(); err != nil {
+		return toErrno(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(h.fd, &st); err != nil {
+		return toErrno(err)
+	}
+	fillAttr(&out.Attr, &st)
+	return 0
+}
+
+// Flush answers ENOSYS, after which the kernel sends no more FLUSH
+// requests: close(2) then costs no round trip. Nothing is buffered here, so
+// there is nothing to flush; writes report their own errors.
+func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
+	return syscall.ENOSYS
+}
+
+func (h *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if err := h.view.Check(); err != nil {
+		return toErrno(err)
+	}
+	if flags&1 != 0 {
+		return toErrno(unix.Fdatasync(h.fd))
+	}
+	return toErrno(unix.Fsync(h.fd))
+}
+
+func (h *fileHandle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	if err := h.view.CheckWritable(); err != nil {
+		return toErrno(err)
+	}
+	return toErrno(unix.Fallocate(h.fd, mode, int64(off), int64(size)))
+}
+
+func (h *fileHandle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	if err := h.view.Check(); err != nil {
+		return 0, toErrno(err)
+	}
+	n, err := unix.Seek(h.fd, int64(off), int(whence))
+	return uint64(n), toErrno(err)
+}
+
+func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
+	n := h.node
+	n.openMu.Lock()
+	n.tops = slices.DeleteFunc(n.tops, func(t *fileHandle) bool { return t == h })
+	if h.pass {
+		n.openPass--
+		if h.write {
+			n.fsys.addPassWriter(h.view, -1)
+		}
+	} else {
+		n.openDirect--
+	}
+	n.openMu.Unlock()
+	return toErrno(unix.Close(h.fd))
+}

@@ -1,0 +1,130 @@
+package fs
+
+import (
+	"context"
+	"strings"
+	"syscall"
+
+	"github.com/branchfs/branchfs/branch"
+	"golang.org/x/sys/unix"
+)
+
+func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	lock := n.view.Lock
+	if n.viewRoot && strings.HasPrefix(attr, "system.posix_acl_") {
+		lock = n.view.LockRoot // see LockRoot
+	}
+	if err := lock(); err != nil {
+		return 0, toErrno(err)
+	}
+	defer n.view.Unlock()
+	if len(dest) == 0 {
+		dest = nil
+	}
+	// The kernel asks for security.capability before every write and
+	// chown that follows a change of attributes (killpriv.go): an open
+	// file answers without a lookup.
+	var sz uint32
+	errno, ok := n.withTop(false, func(h *fileHandle) (errno syscall.Errno) {
+		sz, errno = getxattr(dest, func(buf []byte) (int, error) { return branch.FdGetXattr(h.fd, attr, buf) })
+		return errno
+	})
+	if ok {
+		return sz, errno
+	}
+	rel, ok := n.rel()
+	if !ok {
+		return 0, syscall.ESTALE
+	}
+	return getxattr(dest, func(buf []byte) (int, error) { return n.view.GetXattr(rel, attr, buf) })
+}
+
+// getxattr answers a getxattr into dest with get, or with the size needed
+// and ERANGE.
+func getxattr(dest []byte, get func(buf []byte) (int, error)) (uint32, syscall.Errno) {
+	sz, err := get(dest)
+	if err == unix.ERANGE {
+		sz, err = get(nil)
+		if err == nil {
+			return uint32(sz), syscall.ERANGE
+		}
+	}
+	return uint32(sz), toErrno(err)
+}
+
+func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	if err := n.view.Lock(); err != nil {
+		return 0, toErrno(err)
+	}
+	defer n.view.Unlock()
+	var names []string
+	var err error
+	if _, open := n.withTop(false, func(h *fileHandle) syscall.Errno {
+		names, err = branch.FdListXattr(h.fd)
+		return 0
+	}); !open {
+		rel, ok := n.rel()
+		if !ok {
+			return 0, syscall.ESTALE
+		}
+		names, err = n.view.ListXattr(rel)
+	}
+	if err != nil {
+		return 0, toErrno(err)
+	}
+	var buf []byte
+	for _, name := range names {
+		buf = append(append(buf, name...), 0)
+	}
+	if len(dest) == 0 {
+		return uint32(len(buf)), 0
+	}
+	if len(buf) > len(dest) {
+		return uint32(len(buf)), syscall.ERANGE
+	}
+	return uint32(copy(dest, buf)), 0
+}
+
+func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return n.changeAttr(func(rel string) error { return n.view.SetXattr(rel, attr, data, int(flags)) },
+		func(fd int) error { return branch.FdSetXattr(fd, attr, data, int(flags)) })
+}
+
+func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return n.changeAttr(func(rel string) error { return n.view.RemoveXattr(rel, attr) },
+		func(fd int) error { return branch.FdRemoveXattr(fd, attr) })
+}
+
+// changeAttr runs a change that may copy the node up, or changeFd on an
+// open handle of the node's file in the top layer: fsetxattr and
+// fremovexattr reach the daemon without a handle, and act on the open file
+// also once its name is gone or another file's, as on a local filesystem.
+func (n *Node) changeAttr(change func(rel string) error, changeFd func(fd int) error) syscall.Errno {
+	if err := n.view.Lock(); err != nil {
+		return toErrno(err)
+	}
+	defer n.view.Unlock()
+	if errno, ok := n.withTop(false, func(h *fileHandle) syscall.Errno {
+		if err := n.view.CheckWritable(); err != nil {
+			return toErrno(err)
+		}
+		return toErrno(changeFd(h.fd))
+	}); ok {
+		return errno
+	}
+	rel, ok := n.rel()
+	if !ok {
+		return syscall.ESTALE
+	}
+	before, err := n.view.Stat(rel)
+	if err != nil {
+		return toErrno(err)
+	}
+	if err := change(rel); err != nil {
+		return toErrno(err)
+	}
+	if before.Lower() {
+		n.replaced()
+	}
+	return 0
+}
