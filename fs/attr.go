@@ -6,6 +6,7 @@ import (
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/fs/transport"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -90,10 +91,10 @@ type attrChanger interface {
 
 // applySetattr applies what in asks for, in the order of the system calls.
 // A setattr that changes nothing is a chown(-1, -1), or the kernel's
-// removal of privileges before a write (killpriv.go): on the filesystem
-// below both change the ctime, which chown(-1, -1) there does.
+// removal of privileges before a write (transport/killpriv.go): on the
+// filesystem below both change the ctime, which chown(-1, -1) there does.
 func applySetattr(in *fuse.SetAttrIn, c attrChanger) error {
-	if in.Valid&setattrChanges == 0 {
+	if in.Valid&transport.SetattrChanges == 0 {
 		return c.chown(-1, -1)
 	}
 	if size, ok := in.GetSize(); ok {

@@ -407,7 +407,7 @@ func TestNotifyWhileRootLookupsWait(t *testing.T) {
 
 // TestCopyUpHoldsUpNoOtherRequest: the first open for writing of a large
 // base file copies it up, which takes a while; the daemon answers other
-// requests meanwhile (fs/loop.go answers such opens on goroutines).
+// requests meanwhile (fs/transport/loop.go answers such opens on goroutines).
 func TestCopyUpHoldsUpNoOtherRequest(t *testing.T) {
 	m := newMount(t, "")
 	f, err := os.Create(filepath.Join(m.base, "big"))

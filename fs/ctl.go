@@ -209,7 +209,7 @@ func (f *FS) create(v *branch.View, name string) (string, error) {
 	// it may hold a base file of that name, or a gone view's root that
 	// something still holds (a working directory there).
 	if f.root.GetChild(BranchPrefix+child.Name()) != nil {
-		f.loop.serveWhile(func() { f.root.NotifyEntry(BranchPrefix + child.Name()) })
+		f.loop.ServeWhile(func() { f.root.NotifyEntry(BranchPrefix + child.Name()) })
 	}
 	f.branchesChanged()
 	return child.Name(), nil
@@ -232,7 +232,7 @@ func (f *FS) commit(v *branch.View) error {
 	if err != nil {
 		return err
 	}
-	f.loop.serveWhile(func() { f.afterCommit(v.Name(), res) })
+	f.loop.ServeWhile(func() { f.afterCommit(v.Name(), res) })
 	f.branchesChanged()
 	return nil
 }
@@ -242,7 +242,7 @@ func (f *FS) abort(v *branch.View, recursive bool) error {
 	if err != nil {
 		return err
 	}
-	f.loop.serveWhile(func() { f.viewsFailing(dropped) })
+	f.loop.ServeWhile(func() { f.viewsFailing(dropped) })
 	f.branchesChanged()
 	return nil
 }

@@ -4,6 +4,7 @@
 package fs
 
 import (
+	"fmt"
 	"log"
 	"os"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/fs/transport"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -77,7 +79,7 @@ type FS struct {
 	opts  Options
 	root  *Node
 	mnt   string
-	loop  *requestLoop
+	loop  *transport.Loop
 	start time.Time
 	owner uint32 // the user who mounted: the daemon's
 
@@ -133,9 +135,9 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		// O_TRUNC comes with the open instead of as a setattr after it,
 		// so that rewriting a base file in a branch copies none of its
 		// old bytes up first. Setuid and setgid are dropped here
-		// (killpriv.go), which spares a GETXATTR before every write;
+		// (transport/killpriv.go), which spares a GETXATTR before every write;
 		// and setgid on an ACL change, which SETXATTR_EXT flags. The
-		// umask is applied here too (umask.go).
+		// umask is applied here too (transport/umask.go).
 		ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_SETXATTR_EXT |
 			fuse.CAP_DONT_MASK,
 		Debug: opts.Debug,
@@ -154,14 +156,18 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		NullPermissions: true,
 		Logger:          log.New(os.Stderr, "branchfs: ", log.LstdFlags),
 	})
-	raw := &killPriv{&aclUmask{newRawDirs(nodeFS)}}
 	f.mnt = mnt
-	loop, err := newRequestLoop(raw, mnt, mo)
+	fd, err := mountDevice(mnt, &mo)
 	if err != nil {
+		return nil, fmt.Errorf("mount: %w", err)
+	}
+	loop, err := transport.NewLoop(fd, transport.Wrap(nodeFS), mo)
+	if err != nil {
+		Unmount(mnt, true)
 		return nil, err
 	}
 	f.loop = loop
-	go loop.serve()
+	go loop.Serve()
 	return f, nil
 }
 
@@ -176,4 +182,4 @@ func (f *FS) Unmount() error {
 }
 
 // Wait waits for the request loop to end: the file system was unmounted.
-func (f *FS) Wait() { <-f.loop.done }
+func (f *FS) Wait() { <-f.loop.Done() }

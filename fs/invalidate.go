@@ -45,7 +45,7 @@ func (f *FS) afterCommit(branchName string, res *branch.CommitResult) {
 // commit whose sibling holds 100 MB of written files and 5000 looked-up
 // names took 7-27 ms instead of 0.3-5 ms (measured when this followed the
 // reply).
-// Preconditions: called inside loop.serveWhile (it drops names).
+// Preconditions: called inside loop.ServeWhile (it drops names).
 func (f *FS) viewsFailing(names []string) {
 	for _, name := range names {
 		// Dropping the root's name drops every name below it that

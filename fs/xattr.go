@@ -22,7 +22,7 @@ func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 		dest = nil
 	}
 	// The kernel asks for security.capability before every write and
-	// chown that follows a change of attributes (killpriv.go): an open
+	// chown that follows a change of attributes (transport/killpriv.go): an open
 	// file answers without a lookup.
 	var sz uint32
 	errno, ok := n.withTop(false, func(h *fileHandle) (errno syscall.Errno) {

@@ -268,7 +268,7 @@ func serve(mnt, base, storeDir string, opts fs.Options, readyFd, maxBranches int
 	// Modes come from the caller, already masked by the kernel.
 	syscall.Umask(0)
 	// The request loop's reader keeps a P while it waits for requests
-	// (fs/loop.go); everything else runs on the others. Requests spend
+	// (fs/transport/loop.go); everything else runs on the others. Requests spend
 	// most of their time in system calls, which hold no P, and with more
 	// Ps the runtime wakes more threads on other CPUs per request.
 	if os.Getenv("GOMAXPROCS") == "" {

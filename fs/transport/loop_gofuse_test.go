@@ -1,4 +1,4 @@
-package fs
+package transport
 
 import (
 	"os"
@@ -11,7 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// requestLoop (loop.go) rests on go-fuse's ProtocolServer, which is marked
+// Loop (loop.go) rests on go-fuse's ProtocolServer, which is marked
 // EXPERIMENTAL, and on facts go-fuse does not export: it replays INIT
 // through unsafe, reads request headers and open flags in place, and
 // copies the opcodes. The tests here fail when a go-fuse upgrade changes
@@ -23,7 +23,7 @@ const goFuseVersion = "v2.12.1"
 func TestLoopGoFuseVersion(t *testing.T) {
 	// Test binaries carry no module versions (debug.ReadBuildInfo): read
 	// the requirement where it is written.
-	mod, err := os.ReadFile("../go.mod")
+	mod, err := os.ReadFile("../../go.mod")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,13 +32,13 @@ func TestLoopGoFuseVersion(t *testing.T) {
 		f := strings.Fields(line)
 		if i := slices.Index(f, "github.com/hanwen/go-fuse/v2"); i >= 0 && i+1 < len(f) {
 			if slices.Contains(f, "=>") {
-				t.Fatalf("go.mod replaces go-fuse (%s): check fs/loop.go against it", strings.TrimSpace(line))
+				t.Fatalf("go.mod replaces go-fuse (%s): check fs/transport/loop.go against it", strings.TrimSpace(line))
 			}
 			version = f[i+1]
 		}
 	}
 	if version != goFuseVersion {
-		t.Fatalf("go.mod requires go-fuse %q, fs/loop.go was checked against %s: check its use of "+
+		t.Fatalf("go.mod requires go-fuse %q, fs/transport/loop.go was checked against %s: check its use of "+
 			"ProtocolServer, the replayed INIT and the opcodes, then update goFuseVersion", version, goFuseVersion)
 	}
 }
@@ -152,7 +152,7 @@ func request(op uint32, argSize int, arg uint32, payload string) []byte {
 	return b
 }
 
-// TestLoopGoFuseOpcodes replays an INIT as newRequestLoop does, then sends
+// TestLoopGoFuseOpcodes replays an INIT as NewLoop does, then sends
 // each opcode loop.go names through the ProtocolServer and checks that it
 // reaches the method of that name, and that mayBlock sorts it as before.
 func TestLoopGoFuseOpcodes(t *testing.T) {

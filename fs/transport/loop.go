@@ -1,4 +1,8 @@
-package fs
+// Package transport carries FUSE requests between the kernel and a go-fuse
+// RawFileSystem: the daemon's own request loop (Loop), and the answers it
+// gives below go-fuse's node API (Wrap). It decides nothing about
+// branches.
+package transport
 
 import (
 	"fmt"
@@ -16,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The daemon reads the kernel's requests with a loop of its own instead of
+// Loop reads the kernel's requests: the daemon's loop of its own, instead of
 // go-fuse's Serve. go-fuse's readers wait in read(2) as ordinary system
 // calls; the Go runtime then takes the blocked reader's P back (sysmon
 // polls every 20 µs while it does), and a woken reader whose P is gone, or
@@ -25,7 +29,7 @@ import (
 // each wake costing tens of µs on a small VM, and kept sysmon busy: 60% of
 // the daemon's CPU during git status.
 //
-// requestLoop has one reader. It waits in ppoll(2) made as a raw system
+// A Loop has one reader. It waits in ppoll(2) made as a raw system
 // call, which the runtime does not see: the goroutine keeps its P, nothing
 // is handed off and no other thread wakes; the kernel wakes the reader,
 // which answers and waits again, as a single-threaded C daemon does.
@@ -38,7 +42,7 @@ import (
 // reader idle for fastWait blocks in read(2) instead, so that an idle
 // daemon lets the runtime sleep; the first request after that pays the
 // handoff.
-type requestLoop struct {
+type Loop struct {
 	fd  int
 	ps  *fuse.ProtocolServer
 	raw fuse.RawFileSystem
@@ -81,22 +85,19 @@ const (
 	opCopyFileRange = 47
 )
 
-// newRequestLoop mounts raw at mnt; serve then answers its requests.
-func newRequestLoop(raw fuse.RawFileSystem, mnt string, mo fuse.MountOptions) (*requestLoop, error) {
-	fd, err := mountDevice(mnt, &mo)
-	if err != nil {
-		return nil, fmt.Errorf("mount: %w", err)
-	}
+// NewLoop answers INIT on fd, the /dev/fuse descriptor of a mount just
+// made with the options mo, for raw; Serve then answers its requests. On
+// an error the caller unmounts.
+func NewLoop(fd int, raw fuse.RawFileSystem, mo fuse.MountOptions) (*Loop, error) {
 	// The server reads and answers INIT from the descriptor, and hands
 	// itself to raw.Init: the nodes send notifications and register
 	// passthrough files through it. Its Serve is never called.
 	mo.DirectMount = false // the /dev/fd/N mount point is not to be mounted
 	srv, err := fuse.NewServer(raw, fmt.Sprintf("/dev/fd/%d", fd), &mo)
 	if err != nil {
-		Unmount(mnt, true)
 		return nil, err
 	}
-	l := &requestLoop{fd: fd, ps: fuse.NewProtocolServer(raw, &mo), raw: raw, done: make(chan struct{}),
+	l := &Loop{fd: fd, ps: fuse.NewProtocolServer(raw, &mo), raw: raw, done: make(chan struct{}),
 		bufSize: mo.MaxWrite + os.Getpagesize()} // headers and argument structures fit in a page
 	l.pfd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
 	// The protocol server parses requests by the kernel's version and the
@@ -104,15 +105,14 @@ func newRequestLoop(raw fuse.RawFileSystem, mnt string, mo fuse.MountOptions) (*
 	init := srv.KernelSettings()
 	b := l.getBuf()
 	if _, st := l.ps.HandleRequest([][]byte{unsafe.Slice((*byte)(unsafe.Pointer(init)), unsafe.Sizeof(*init))}, [][]byte{b.out}); !st.Ok() {
-		Unmount(mnt, true)
 		return nil, fmt.Errorf("init: %v", st)
 	}
 	l.putBuf(b)
 	return l, nil
 }
 
-// serve answers requests until the file system is unmounted.
-func (l *requestLoop) serve() {
+// Serve answers requests until the file system is unmounted.
+func (l *Loop) Serve() {
 	defer close(l.done)
 	b := l.getBuf()
 	for {
@@ -143,7 +143,7 @@ func (l *requestLoop) serve() {
 }
 
 // read waits for a request and reads it into buf.
-func (l *requestLoop) read(buf []byte) (int, error) {
+func (l *Loop) read(buf []byte) (int, error) {
 	for {
 		l.pfd[0].Revents = 0
 		l.idle = unix.NsecToTimespec(int64(fastWait)) // ppoll leaves the time left in it
@@ -168,7 +168,7 @@ func (l *requestLoop) read(buf []byte) (int, error) {
 }
 
 // answer handles the request in b.in[:n] and writes the reply.
-func (l *requestLoop) answer(b *loopBuf, n int) {
+func (l *Loop) answer(b *loopBuf, n int) {
 	req := b.in[:n]
 	size, st := l.ps.HandleRequest([][]byte{req}, [][]byte{b.out})
 	if size == 0 {
@@ -187,12 +187,12 @@ func (l *requestLoop) answer(b *loopBuf, n int) {
 	}
 }
 
-// serveWhile runs fn, which writes to the kernel something it may have to
+// ServeWhile runs fn, which writes to the kernel something it may have to
 // wait for, with a second reader answering requests meanwhile. Dropping a
 // name takes its directory's lock in the kernel, which a caller may hold
 // while its request waits to be read: the lookup of another name in that
 // directory, say. With the one reader busy in fn, neither would go on.
-func (l *requestLoop) serveWhile(fn func()) {
+func (l *Loop) ServeWhile(fn func()) {
 	var done atomic.Bool
 	l.workers.Add(1)
 	go func() {
@@ -240,7 +240,10 @@ func mayBlock(req []byte) bool {
 	return false
 }
 
-func (l *requestLoop) getBuf() *loopBuf {
+// Done is closed when Serve has answered its last request.
+func (l *Loop) Done() <-chan struct{} { return l.done }
+
+func (l *Loop) getBuf() *loopBuf {
 	l.bufMu.Lock()
 	defer l.bufMu.Unlock()
 	if n := len(l.bufs); n > 0 {
@@ -255,7 +258,7 @@ func (l *requestLoop) getBuf() *loopBuf {
 // concurrent slow requests leaves no lasting 2 MiB apiece.
 const maxFreeBufs = 4
 
-func (l *requestLoop) putBuf(b *loopBuf) {
+func (l *Loop) putBuf(b *loopBuf) {
 	l.bufMu.Lock()
 	if len(l.bufs) < maxFreeBufs {
 		l.bufs = append(l.bufs, b)

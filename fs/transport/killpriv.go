@@ -1,4 +1,4 @@
-package fs
+package transport
 
 import (
 	"bufio"
@@ -10,6 +10,13 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
+
+// Wrap adds to fs the answers the daemon gives below go-fuse's node API:
+// dropping setuid and setgid (killPriv), the umask under default ACLs
+// (aclUmask) and directories the kernel opens by itself (rawDirs).
+func Wrap(fs fuse.RawFileSystem) fuse.RawFileSystem {
+	return &killPriv{&aclUmask{newRawDirs(fs)}}
+}
 
 // killPriv drops setuid and setgid where the kernel asks the daemon to
 // (CAP_HANDLE_KILLPRIV_V2): writes, truncates and O_TRUNC opens by callers
@@ -83,11 +90,12 @@ func (k *killPriv) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string
 	return st
 }
 
-// Attributes a setattr can change; without any, it is the kernel's own
-// attempt to drop setuid before a write (file_remove_privs), which it
-// leaves to us. Writes through passthrough reach the daemon only this
-// way, and the backing file is written as root, which keeps the bits.
-const setattrChanges = fuse.FATTR_MODE | fuse.FATTR_UID | fuse.FATTR_GID | fuse.FATTR_SIZE |
+// SetattrChanges are the attributes a setattr can change; without any, it
+// is the kernel's own attempt to drop setuid before a write
+// (file_remove_privs), which it leaves to us. Writes through passthrough
+// reach the daemon only this way, and the backing file is written as
+// root, which keeps the bits.
+const SetattrChanges = fuse.FATTR_MODE | fuse.FATTR_UID | fuse.FATTR_GID | fuse.FATTR_SIZE |
 	fuse.FATTR_ATIME | fuse.FATTR_MTIME | fuse.FATTR_ATIME_NOW | fuse.FATTR_MTIME_NOW | fuse.FATTR_CTIME
 
 // SetAttr: a truncate, or the empty setattr before a write. A chown
@@ -102,7 +110,7 @@ func (k *killPriv) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse
 	switch {
 	case in.Valid&fuse.FATTR_KILL_SUIDGID != 0 && in.Valid&(fuse.FATTR_UID|fuse.FATTR_GID|fuse.FATTR_MODE) == 0:
 		return k.kill(cancel, in.InHeader, fh, out)
-	case in.Valid&setattrChanges == 0 && in.Caller.Uid != 0:
+	case in.Valid&SetattrChanges == 0 && in.Caller.Uid != 0:
 		// The kernel sends it for setuid and setgid only to callers
 		// without CAP_FSETID, and for file capabilities (which it
 		// removed already) to anyone: uid 0 stands for CAP_FSETID.

@@ -1,4 +1,4 @@
-package fs
+package transport
 
 import (
 	"github.com/hanwen/go-fuse/v2/fuse"
