@@ -28,12 +28,12 @@ func BenchmarkCommit1MB(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		fd, _, err := v.Create("f", unix.O_WRONLY, 0o644, Owner{})
+		f, _, err := v.Create("f", unix.O_WRONLY, 0o644, Owner{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		unix.Write(fd, data)
-		unix.Close(fd)
+		f.WriteAt(data, 0)
+		f.Close()
 		b.StartTimer()
 		if _, err := s.Commit(v.Name()); err != nil {
 			b.Fatal(err)

@@ -80,13 +80,13 @@ func viewTree(t *testing.T, v *View, rel string, out map[string]string) map[stri
 		case unix.S_IFDIR:
 			viewTree(t, v, p, out)
 		case unix.S_IFREG:
-			fd, _, err := v.Open(p, unix.O_RDONLY)
+			f, _, err := v.Open(p, unix.O_RDONLY)
 			if err != nil {
 				t.Fatal(err)
 			}
 			buf := make([]byte, 4096)
-			n, _ := unix.Read(fd, buf)
-			unix.Close(fd)
+			n, _ := f.ReadAt(buf, 0)
+			f.Close()
 			out[p] += " " + string(buf[:max(n, 0)])
 		}
 	}

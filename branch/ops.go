@@ -14,25 +14,28 @@ type Owner struct{ Uid, Gid uint32 }
 // Open opens rel with open(2) flags. Opening for writing copies the file
 // up first (without its data under O_TRUNC). The entry returned describes
 // the file that was opened.
-func (v *View) Open(rel string, flags int) (int, *Entry, error) {
+func (v *View) Open(rel string, flags int) (*File, *Entry, error) {
 	var e *Entry
 	var err error
 	if OpensForWrite(flags) {
 		if err := v.beginWrite(); err != nil {
-			return -1, nil, err
+			return nil, nil, err
 		}
 		e, err = v.copyUp(rel, flags&unix.O_TRUNC == 0)
 	} else {
 		if fd, e := v.openRead(rel, flags); e != nil {
-			return fd, e, nil
+			return v.newFile(fd, flags, e), e, nil
 		}
 		e, err = v.Lookup(rel)
 	}
 	if err != nil {
-		return -1, nil, err
+		return nil, nil, err
 	}
 	fd, err := v.layers[e.Layer].open(rel, flags&openFlags|unix.O_NOFOLLOW, 0)
-	return fd, e, err
+	if err != nil {
+		return nil, e, err
+	}
+	return v.newFile(fd, flags, e), e, nil
 }
 
 // openRead opens a regular file for reading the short way: straight from
@@ -181,13 +184,13 @@ func ownStat(pfd int, name string, st *unix.Stat_t, o Owner, mode uint32) (chang
 }
 
 // Create makes and opens a regular file.
-func (v *View) Create(rel string, flags int, mode uint32, o Owner) (int, *Entry, error) {
+func (v *View) Create(rel string, flags int, mode uint32, o Owner) (*File, *Entry, error) {
 	pfd, name, hidden, err := v.prepareNew(rel)
 	if errors.Is(err, unix.EEXIST) && flags&unix.O_EXCL == 0 {
 		return v.Open(rel, flags)
 	}
 	if err != nil {
-		return -1, nil, err
+		return nil, nil, err
 	}
 	defer unix.Close(pfd)
 	fd := -1
@@ -214,9 +217,9 @@ func (v *View) Create(rel string, flags int, mode uint32, o Owner) (int, *Entry,
 		if fd >= 0 {
 			unix.Close(fd)
 		}
-		return -1, nil, err
+		return nil, nil, err
 	}
-	return fd, e, nil
+	return v.newFile(fd, flags, e), e, nil
 }
 
 // Mkdir makes a directory. One made where a deleted one stood is opaque.
@@ -688,15 +691,6 @@ func (v *View) GetXattr(rel, name string, buf []byte) (int, error) {
 	return n, noACL(name, err)
 }
 
-// FdGetXattr is GetXattr for a file open on fd.
-func FdGetXattr(fd int, name string, buf []byte) (int, error) {
-	if IsInternalXattr(name) {
-		return 0, unix.ENODATA
-	}
-	n, err := unix.Fgetxattr(fd, name, buf)
-	return n, noACL(name, err)
-}
-
 // noACL: a filesystem without POSIX ACLs (ramfs, tmpfs without them)
 // answers EOPNOTSUPP for an ACL, where the kernel expects ENODATA, "none":
 // it would fail every permission check that reads the ACL, a non-owner's
@@ -715,12 +709,6 @@ func (v *View) ListXattr(rel string) ([]string, error) {
 		all, err = xattrNames(func(buf []byte) (int, error) { return listxattrAt(dirfd, base, buf) })
 		return err
 	})
-	return withoutInternal(all), err
-}
-
-// FdListXattr is ListXattr for a file open on fd.
-func FdListXattr(fd int) ([]string, error) {
-	all, err := xattrNames(func(buf []byte) (int, error) { return unix.Flistxattr(fd, buf) })
 	return withoutInternal(all), err
 }
 
@@ -747,24 +735,6 @@ func (v *View) SetXattr(rel, name string, val []byte, flags int) error {
 		defer unix.Close(fd)
 		return unix.Setxattr(procPath(fd), name, val, flags)
 	})
-}
-
-// FdSetXattr is SetXattr for a file open on fd in the view's top layer:
-// the file itself, also once its name is gone or another file's.
-func FdSetXattr(fd int, name string, val []byte, flags int) error {
-	if IsInternalXattr(name) {
-		return unix.EPERM
-	}
-	return unix.Fsetxattr(fd, name, val, flags)
-}
-
-// FdRemoveXattr is RemoveXattr for a file open on fd in the view's top
-// layer.
-func FdRemoveXattr(fd int, name string) error {
-	if IsInternalXattr(name) {
-		return unix.EPERM
-	}
-	return unix.Fremovexattr(fd, name)
 }
 
 // RemoveXattr removes an extended attribute, copying rel up first.

@@ -32,15 +32,15 @@ func newStore(t testing.TB) (*Store, string) {
 
 func write(t *testing.T, v *View, rel, data string) {
 	t.Helper()
-	fd, _, err := v.Open(rel, unix.O_WRONLY|unix.O_TRUNC)
+	f, _, err := v.Open(rel, unix.O_WRONLY|unix.O_TRUNC)
 	if errors.Is(err, unix.ENOENT) {
-		fd, _, err = v.Create(rel, unix.O_WRONLY, 0o644, me)
+		f, _, err = v.Create(rel, unix.O_WRONLY, 0o644, me)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	unix.Write(fd, []byte(data))
-	unix.Close(fd)
+	f.WriteAt([]byte(data), 0)
+	f.Close()
 }
 
 func TestCommitWithoutFUSE(t *testing.T) {
@@ -275,13 +275,13 @@ func TestFinishedDeltaLeavesLater(t *testing.T) {
 
 func readView(t *testing.T, v *View, rel string) string {
 	t.Helper()
-	fd, _, err := v.Open(rel, unix.O_RDONLY)
+	f, _, err := v.Open(rel, unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(fd)
+	defer f.Close()
 	buf := make([]byte, 256)
-	n, _ := unix.Read(fd, buf)
+	n, _ := f.ReadAt(buf, 0)
 	return string(buf[:max(n, 0)])
 }
 

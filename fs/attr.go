@@ -2,7 +2,6 @@ package fs
 
 import (
 	"context"
-	"strconv"
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
@@ -18,7 +17,7 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		return toErrno(err)
 	}
 	defer n.view.Unlock()
-	if h, ok := fh.(*fileHandle); ok && h.write {
+	if h, ok := fh.(*fileHandle); ok && h.f.Writable() {
 		return n.setattrFd(ctx, h, in, out)
 	}
 	_, resize := in.GetSize() // ftruncate needs a descriptor open for writing
@@ -53,14 +52,8 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 // view's top layer: the common case of tar, cp -p and editors needs no
 // lookups.
 func (n *Node) setattrFd(ctx context.Context, h *fileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if err := n.view.CheckWritable(); err != nil {
-		return toErrno(err)
-	}
-	var c attrChanger = fdAttrs(h.fd)
-	if _, ok := in.GetFh(); !ok {
-		c = fdByName(h.fd)
-	}
-	if err := applySetattr(in, c); err != nil {
+	_, withFh := in.GetFh()
+	if err := applySetattr(in, fileAttrs{h.f, !withFh}); err != nil {
 		return toErrno(err)
 	}
 	errno := h.Getattr(ctx, out)
@@ -140,29 +133,17 @@ func (p pathAttrs) chmod(mode uint32) error          { return p.v.Chmod(p.rel, m
 func (p pathAttrs) chown(uid, gid int) error         { return p.v.Chown(p.rel, uid, gid) }
 func (p pathAttrs) utimens(a, m unix.Timespec) error { return p.v.Utimens(p.rel, a, m) }
 
-// fdAttrs changes the file open on a descriptor.
-type fdAttrs int
-
-// fdByName changes the file open on a descriptor for a request by name:
-// truncate(2), unlike ftruncate(2), leaves it to the filesystem whether
-// the times change (ext4 changes them, ramfs does not).
-type fdByName int
-
-func (fd fdByName) truncate(size int64) error {
-	return unix.Truncate("/proc/self/fd/"+strconv.Itoa(int(fd)), size)
+// fileAttrs changes an open file; byName for a request made by name (see
+// branch.File.Truncate).
+type fileAttrs struct {
+	f      *branch.File
+	byName bool
 }
 
-func (fd fdByName) chmod(mode uint32) error          { return fdAttrs(fd).chmod(mode) }
-func (fd fdByName) chown(uid, gid int) error         { return fdAttrs(fd).chown(uid, gid) }
-func (fd fdByName) utimens(a, m unix.Timespec) error { return fdAttrs(fd).utimens(a, m) }
-
-func (fd fdAttrs) truncate(size int64) error { return unix.Ftruncate(int(fd), size) }
-func (fd fdAttrs) chmod(mode uint32) error   { return unix.Fchmod(int(fd), mode&07777) }
-func (fd fdAttrs) chown(uid, gid int) error  { return unix.Fchown(int(fd), uid, gid) }
-
-func (fd fdAttrs) utimens(a, m unix.Timespec) error {
-	return unix.UtimesNanoAt(int(fd), "", []unix.Timespec{a, m}, unix.AT_EMPTY_PATH)
-}
+func (c fileAttrs) truncate(size int64) error        { return c.f.Truncate(size, c.byName) }
+func (c fileAttrs) chmod(mode uint32) error          { return c.f.Chmod(mode) }
+func (c fileAttrs) chown(uid, gid int) error         { return c.f.Chown(uid, gid) }
+func (c fileAttrs) utimens(a, m unix.Timespec) error { return c.f.Utimens(a, m) }
 
 func timespec(valid, set, now uint32, sec uint64, nsec uint32) unix.Timespec {
 	switch {

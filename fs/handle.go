@@ -8,7 +8,6 @@ import (
 	"github.com/branchfs/branchfs/branch"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"golang.org/x/sys/unix"
 )
 
 func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
@@ -29,35 +28,34 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 			// would send our writes to the lower file, and could never
 			// pass reads of the copy through. ESTALE makes the kernel
 			// look the name up again and retry the open on the new inode.
-			fd, _, err := n.view.Open(rel, int(flags))
+			f, _, err := n.view.Open(rel, int(flags))
 			if err != nil {
 				return nil, 0, toErrno(err)
 			}
-			unix.Close(fd)
+			f.Close()
 			n.replaced()
 			return nil, 0, syscall.ESTALE
 		}
 	}
-	fd, e, err := n.view.Open(rel, int(flags))
+	f, e, err := n.view.Open(rel, int(flags))
 	if err != nil {
 		return nil, 0, toErrno(err)
 	}
-	h, fuseFlags := n.newHandle(fd, int(flags), n.identical(e), e.Stat.Size, !e.Lower())
+	h, fuseFlags := n.newHandle(f, n.identical(e), e.Stat.Size)
 	return h, fuseFlags, 0
 }
 
-// newHandle wraps fd, the file in the view's top layer if top, and decides
-// passthrough. An inode's opens must all use passthrough or none of them,
+// newHandle wraps f, of size bytes, and decides passthrough. An inode's opens must all use passthrough or none of them,
 // and passthrough is only ever offered for the file the inode stands for,
 // never for a copy made since.
-func (n *Node) newHandle(fd, flags int, identical bool, size int64, top bool) (*fileHandle, uint32) {
-	h := &fileHandle{node: n, view: n.view, fd: fd, write: branch.OpensForWrite(flags)}
+func (n *Node) newHandle(f *branch.File, identical bool, size int64) (*fileHandle, uint32) {
+	h := &fileHandle{node: n, f: f}
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
 	switch {
-	case h.write:
+	case f.Writable():
 		n.tops = append([]*fileHandle{h}, n.tops...)
-	case top:
+	case f.InTop():
 		n.tops = append(n.tops, h)
 	}
 	switch {
@@ -66,12 +64,12 @@ func (n *Node) newHandle(fd, flags int, identical bool, size int64, top bool) (*
 		h.pass = true
 	case n.openDirect > 0:
 	default:
-		h.pass = n.passthroughAllowed(flags, size)
+		h.pass = n.passthroughAllowed(f.Writable(), size)
 	}
 	if h.pass {
 		n.openPass++
 		n.passUsed = true
-		if h.write {
+		if f.Writable() {
 			n.fsys.addPassWriter(n.view, 1)
 		}
 		return h, 0
@@ -120,8 +118,8 @@ func (n *Node) passthroughUsed() bool {
 // makes the kernel drop the file's atime, so that the next stat of the
 // file costs a GETATTR round trip (git status in the main view sent one
 // per file it had read the time before).
-func (n *Node) passthroughAllowed(flags int, size int64) bool {
-	if branch.OpensForWrite(flags) || size < n.fsys.opts.PassthroughMinSize {
+func (n *Node) passthroughAllowed(write bool, size int64) bool {
+	if write || size < n.fsys.opts.PassthroughMinSize {
 		return false
 	}
 	return n.fsys.opts.Passthrough != PassthroughOff
@@ -134,7 +132,7 @@ func (n *Node) passthroughAllowed(flags int, size int64) bool {
 func (n *Node) withTop(write bool, fn func(h *fileHandle) syscall.Errno) (syscall.Errno, bool) {
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
-	if len(n.tops) == 0 || write && !n.tops[0].write {
+	if len(n.tops) == 0 || write && !n.tops[0].f.Writable() {
 		return 0, false
 	}
 	return fn(n.tops[0]), true
@@ -148,23 +146,19 @@ func (n *Node) forgetTops() {
 	n.openMu.Unlock()
 }
 
-// fileHandle is an open file of a view. Every call checks the view first,
-// so that handles on a stale branch fail with ESTALE.
+// fileHandle adapts an open file of a view to go-fuse; the file keeps the
+// view's rules (branch.File), the handle the node's bookkeeping of open
+// files and passthrough.
 type fileHandle struct {
-	node  *Node
-	view  *branch.View
-	fd    int
-	write bool
-	pass  bool
+	node *Node
+	f    *branch.File
+	pass bool
 }
 
-func (h *fileHandle) PassthroughFd() (int, bool) { return h.fd, h.pass }
+func (h *fileHandle) PassthroughFd() (int, bool) { return h.f.Fd(), h.pass }
 
 func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	if err := h.view.Check(); err != nil {
-		return nil, toErrno(err)
-	}
-	n, err := unix.Pread(h.fd, dest, off)
+	n, err := h.f.ReadAt(dest, off)
 	if err != nil {
 		return nil, toErrno(err)
 	}
@@ -172,10 +166,7 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 }
 
 func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	if err := h.view.CheckWritable(); err != nil {
-		return 0, toErrno(err)
-	}
-	n, err := unix.Pwrite(h.fd, data, off)
+	n, err := h.f.WriteAt(data, off)
 	if err != nil {
 		return uint32(max(n, 0)), toErrno(err)
 	}
@@ -183,11 +174,8 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 }
 
 func (h *fileHandle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
-	if err := h.view.Check(); err != nil {
-		return toErrno(err)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(h.fd, &st); err != nil {
+	st, err := h.f.Stat()
+	if err != nil {
 		return toErrno(err)
 	}
 	fillAttr(&out.Attr, &st)
@@ -202,27 +190,15 @@ func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
 }
 
 func (h *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	if err := h.view.Check(); err != nil {
-		return toErrno(err)
-	}
-	if flags&1 != 0 {
-		return toErrno(unix.Fdatasync(h.fd))
-	}
-	return toErrno(unix.Fsync(h.fd))
+	return toErrno(h.f.Sync(flags&1 != 0))
 }
 
 func (h *fileHandle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
-	if err := h.view.CheckWritable(); err != nil {
-		return toErrno(err)
-	}
-	return toErrno(unix.Fallocate(h.fd, mode, int64(off), int64(size)))
+	return toErrno(h.f.Allocate(mode, int64(off), int64(size)))
 }
 
 func (h *fileHandle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
-	if err := h.view.Check(); err != nil {
-		return 0, toErrno(err)
-	}
-	n, err := unix.Seek(h.fd, int64(off), int(whence))
+	n, err := h.f.Seek(int64(off), int(whence))
 	return uint64(n), toErrno(err)
 }
 
@@ -232,12 +208,12 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	n.tops = slices.DeleteFunc(n.tops, func(t *fileHandle) bool { return t == h })
 	if h.pass {
 		n.openPass--
-		if h.write {
-			n.fsys.addPassWriter(h.view, -1)
+		if h.f.Writable() {
+			n.fsys.addPassWriter(n.view, -1)
 		}
 	} else {
 		n.openDirect--
 	}
 	n.openMu.Unlock()
-	return toErrno(unix.Close(h.fd))
+	return toErrno(h.f.Close())
 }

@@ -133,12 +133,12 @@ func (n *Node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, 0, errno
 	}
 	defer n.view.Unlock()
-	fd, e, err := n.view.Create(n.childRel(rel, name), int(flags), mode, caller(ctx))
+	f, e, err := n.view.Create(n.childRel(rel, name), int(flags), mode, caller(ctx))
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
 	}
 	in := n.newChild(ctx, e, out)
 	child := in.Operations().(*Node)
-	h, fuseFlags := child.newHandle(fd, int(flags), true, 0, true)
+	h, fuseFlags := child.newHandle(f, true, 0)
 	return in, h, fuseFlags, 0
 }

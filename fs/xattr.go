@@ -26,7 +26,7 @@ func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	// file answers without a lookup.
 	var sz uint32
 	errno, ok := n.withTop(false, func(h *fileHandle) (errno syscall.Errno) {
-		sz, errno = getxattr(dest, func(buf []byte) (int, error) { return branch.FdGetXattr(h.fd, attr, buf) })
+		sz, errno = getxattr(dest, func(buf []byte) (int, error) { return h.f.GetXattr(attr, buf) })
 		return errno
 	})
 	if ok {
@@ -60,7 +60,7 @@ func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	var names []string
 	var err error
 	if _, open := n.withTop(false, func(h *fileHandle) syscall.Errno {
-		names, err = branch.FdListXattr(h.fd)
+		names, err = h.f.ListXattr()
 		return 0
 	}); !open {
 		rel, ok := n.rel()
@@ -87,29 +87,24 @@ func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 
 func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
 	return n.changeAttr(func(rel string) error { return n.view.SetXattr(rel, attr, data, int(flags)) },
-		func(fd int) error { return branch.FdSetXattr(fd, attr, data, int(flags)) })
+		func(f *branch.File) error { return f.SetXattr(attr, data, int(flags)) })
 }
 
 func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	return n.changeAttr(func(rel string) error { return n.view.RemoveXattr(rel, attr) },
-		func(fd int) error { return branch.FdRemoveXattr(fd, attr) })
+		func(f *branch.File) error { return f.RemoveXattr(attr) })
 }
 
-// changeAttr runs a change that may copy the node up, or changeFd on an
+// changeAttr runs a change that may copy the node up, or changeOpen on an
 // open handle of the node's file in the top layer: fsetxattr and
 // fremovexattr reach the daemon without a handle, and act on the open file
 // also once its name is gone or another file's, as on a local filesystem.
-func (n *Node) changeAttr(change func(rel string) error, changeFd func(fd int) error) syscall.Errno {
+func (n *Node) changeAttr(change func(rel string) error, changeOpen func(f *branch.File) error) syscall.Errno {
 	if err := n.view.Lock(); err != nil {
 		return toErrno(err)
 	}
 	defer n.view.Unlock()
-	if errno, ok := n.withTop(false, func(h *fileHandle) syscall.Errno {
-		if err := n.view.CheckWritable(); err != nil {
-			return toErrno(err)
-		}
-		return toErrno(changeFd(h.fd))
-	}); ok {
+	if errno, ok := n.withTop(false, func(h *fileHandle) syscall.Errno { return toErrno(changeOpen(h.f)) }); ok {
 		return errno
 	}
 	rel, ok := n.rel()

@@ -1,0 +1,128 @@
+package branch
+
+import (
+	"errors"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestFileRules checks what an open file of a view allows, by what the
+// view is at the time and where the file lies, against the base of
+// newStore (f = "base").
+func TestFileRules(t *testing.T) {
+	changes := []struct {
+		name string
+		do   func(f *File) error
+	}{
+		{"chmod", func(f *File) error { return f.Chmod(0o600) }},
+		{"chown", func(f *File) error { return f.Chown(-1, -1) }},
+		{"truncate", func(f *File) error { return f.Truncate(1, false) }},
+		{"truncate by name", func(f *File) error { return f.Truncate(1, true) }},
+		{"utimens", func(f *File) error {
+			return f.Utimens(unix.Timespec{Sec: 1}, unix.Timespec{Sec: 1})
+		}},
+		{"setxattr", func(f *File) error { return f.SetXattr("user.test", []byte("1"), 0) }},
+		{"removexattr", func(f *File) error { return f.RemoveXattr("user.absent") }},
+	}
+	for _, c := range []struct {
+		name  string
+		flags int
+		state func(t *testing.T, s *Store, v *View) // after the open
+		read  error                                 // of ReadAt, Stat, GetXattr
+		write error                                 // of WriteAt and Allocate
+		chg   error                                 // of every change
+	}{
+		{name: "base file read", flags: unix.O_RDONLY, write: unix.EBADF, chg: unix.EBADF},
+		{name: "opened for writing", flags: unix.O_RDWR, chg: unix.ENODATA},
+		{name: "frozen", flags: unix.O_RDWR, chg: ErrFrozen, write: ErrFrozen,
+			state: func(t *testing.T, s *Store, v *View) {
+				if _, err := s.Create("child", "b"); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "stale", flags: unix.O_RDWR, read: ErrStale, write: ErrStale, chg: ErrStale,
+			state: func(t *testing.T, s *Store, v *View) {
+				if _, err := s.Create("sibling", MainName); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.Commit("sibling"); err != nil {
+					t.Fatal(err)
+				}
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, base := newStore(t)
+			v, err := s.Create("b", MainName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, e, err := v.Open("f", c.flags)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if f.InTop() == e.Lower() || f.Writable() != (c.flags != unix.O_RDONLY) {
+				t.Errorf("InTop %v Writable %v for an entry of layer %d opened with %#x", f.InTop(), f.Writable(), e.Layer, c.flags)
+			}
+			if c.state != nil {
+				c.state(t, s, v)
+			}
+			before := treeOf(t, base)
+			is := func(what string, err, want error) {
+				t.Helper()
+				// removexattr of a name that is not there is the one
+				// change that fails where it may be made.
+				if want == unix.ENODATA && what != "removexattr" {
+					want = nil
+				}
+				if want == nil && err != nil || want != nil && !errors.Is(err, want) {
+					t.Errorf("%s: %v, want %v", what, err, want)
+				}
+			}
+			_, err = f.ReadAt(make([]byte, 4), 0)
+			is("read", err, c.read)
+			_, err = f.Stat()
+			is("stat", err, c.read)
+			_, err = f.WriteAt([]byte("w"), 0)
+			is("write", err, c.write)
+			for _, ch := range changes {
+				is(ch.name, ch.do(f), c.chg)
+			}
+			if d := diffTrees(before, treeOf(t, base)); d != "" {
+				t.Errorf("the base changed: %s", d)
+			}
+		})
+	}
+}
+
+// An open file neither shows nor takes branchfs's own xattrs.
+func TestFileHidesInternalXattrs(t *testing.T) {
+	s, _ := newStore(t)
+	v, _ := s.Create("b", MainName)
+	f, _, err := v.Open("f", unix.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Setxattr(filepath.Join(s.deltaDir("b"), "f"), "user.branchfs.test", []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetXattr("user.shown", []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	names, err := f.ListXattr()
+	if err != nil || !slices.Equal(names, []string{"user.shown"}) {
+		t.Errorf("ListXattr = %q, %v; want user.shown alone", names, err)
+	}
+	if _, err := f.GetXattr("user.branchfs.test", nil); !errors.Is(err, unix.ENODATA) {
+		t.Errorf("GetXattr of an internal xattr: %v, want ENODATA", err)
+	}
+	for _, err := range []error{f.SetXattr("user.branchfs.x", nil, 0), f.RemoveXattr("user.branchfs.test")} {
+		if !errors.Is(err, unix.EPERM) {
+			t.Errorf("change of an internal xattr: %v, want EPERM", err)
+		}
+	}
+}
