@@ -216,9 +216,16 @@ func (e *daemonError) Unwrap() error { return e.errno }
 func createCmd() *cobra.Command {
 	var parent string
 	c := &cobra.Command{
-		Use:   "create NAME MNT [--parent P]",
+		Use:   "create NAME MNT",
 		Short: "Create branch NAME, a child of P (default main), at MNT/@NAME",
-		Args:  cobra.ExactArgs(2),
+		Long: `Create branch NAME of the mount at MNT and print its path, MNT/@NAME. The branch starts as its parent
+shows now (main, the base, unless --parent names a branch) and keeps its own writes: they reach neither
+the parent nor any other branch until the branch is committed. Creating a branch costs the same whatever
+the size of the base. A parent with live children is read-only until they are committed or aborted.
+NAME is 1 to 127 bytes of letters, digits, ".", "_" and "-", not starting with ".".`,
+		Example: `  branchfs create try1 /mnt/p
+  branchfs create try1-fix /mnt/p --parent try1`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, mnt := args[0], args[1]
 			if err := branch.ValidateName(name); err != nil {
@@ -252,7 +259,14 @@ func commitCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "commit PATH",
 		Short: "Commit the branch that holds PATH into its parent",
-		Args:  cobra.ExactArgs(1),
+		Long: `Apply what the branch holding PATH (MNT/@NAME or any path below it) changed to its parent, then end the
+branch. A commit is atomic: the parent shows all of it or none of it, also if the daemon is killed on the
+way (the next mount finishes or undoes it). The first of two sibling branches to commit wins; the other,
+and its children, become stale: every operation in them fails, and committing one exits with status 3.
+A branch with live children cannot be committed.`,
+		Example: `  branchfs commit /mnt/p/@try1
+  branchfs commit . || branchfs abort .`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			root, name, err := branchAt(args[0], "commit")
 			if err != nil {
@@ -274,9 +288,14 @@ func commitCmd() *cobra.Command {
 func abortCmd() *cobra.Command {
 	var recursive bool
 	c := &cobra.Command{
-		Use:   "abort PATH [--recursive]",
+		Use:   "abort PATH",
 		Short: "Drop the branch that holds PATH and its changes",
-		Args:  cobra.ExactArgs(1),
+		Long: `End the branch holding PATH (MNT/@NAME or any path below it) and drop its changes; its parent is
+unchanged. A branch with live children is refused unless --recursive, which drops them too. Stale branches
+are aborted the same way.`,
+		Example: `  branchfs abort /mnt/p/@try1
+  branchfs abort --recursive /mnt/p/@try1`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			root, name, err := branchAt(args[0], "abort")
 			if err != nil {
@@ -303,9 +322,14 @@ func abortCmd() *cobra.Command {
 func listCmd() *cobra.Command {
 	var asJSON, all bool
 	c := &cobra.Command{
-		Use:   "list MNT [--json] [--all]",
+		Use:   "list MNT",
 		Short: "List live and stale branches with parent, state, epoch and delta size",
-		Args:  cobra.ExactArgs(1),
+		Long: `List main and every live or stale branch of the mount at MNT: its parent, state (live or stale), epoch
+(the commits it has received from its children) and what its delta holds (changed files and their bytes).
+--all adds the latest committed and aborted branches. --json prints the same as a JSON array.`,
+		Example: `  branchfs list /mnt/p
+  branchfs list --json /mnt/p | jq -r '.[] | select(.state == "stale") | .name'`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			root, _, err := mountRoot(args[0])
 			if err != nil {
@@ -338,9 +362,15 @@ func listCmd() *cobra.Command {
 func diffCmd() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
-		Use:   "diff PATH [--json]",
+		Use:   "diff PATH",
 		Short: "Show what the branch holding PATH added, changed and deleted",
-		Args:  cobra.ExactArgs(1),
+		Long: `Print what committing the branch holding PATH would change in its parent, one path a line, relative to
+the view's root: "A" added, "M" modified (a directory, ending in "/", when its mode, owner or xattrs
+change or it was deleted and made again), "D" deleted. --json prints {"branch", "parent", "added",
+"modified", "deleted"}.`,
+		Example: `  branchfs diff /mnt/p/@try1
+  branchfs diff --json /mnt/p/@try1`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			root, name, err := branchAt(args[0], "diff")
 			if err != nil {

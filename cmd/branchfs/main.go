@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/branchfs/branchfs/kernel/explore"
@@ -20,15 +21,7 @@ const (
 )
 
 func main() {
-	root := &cobra.Command{
-		Use:           "branchfs",
-		Short:         "Copy-on-write branches of a directory, committed atomically",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.AddCommand(mountCmd(), unmountCmd(), createCmd(), commitCmd(), abortCmd(), listCmd(), diffCmd())
-	root.AddCommand(checkpointCmd(), restoreCmd())
-	root.AddCommand(runCmd(), speculateCmd(), bestOfNCmd(), reflexionCmd(), treeCmd(), beamCmd(), tournamentCmd(), cascadedCmd())
+	root := newRoot()
 	// What a killed `branchfs run` left (processes, cgroups, branches) is
 	// ended by the next branchfs command.
 	root.PersistentPreRun = func(*cobra.Command, []string) { explore.Reap() }
@@ -46,4 +39,77 @@ func main() {
 		}
 		os.Exit(exitError)
 	}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "branchfs",
+		Short: "Copy-on-write branches of a directory, committed atomically",
+		Long: `branchfs shows a directory (the base) at a mount point, MNT, and serves branches of it at MNT/@NAME.
+A branch starts as its parent shows now and keeps its own writes: they reach neither the base nor any
+other branch until the branch is committed, which applies them to its parent all at once (all or
+nothing, also if the daemon is killed). Of two sibling branches, the first to commit wins; the other
+becomes stale. Branches are made, committed and aborted by the commands below, by the user who
+mounted, root and the members of mount --control-group, or through the ioctls on MNT/.branchfs_ctl.
+The run and pattern commands run processes in branches and commit or abort them by their outcome.
+
+EXIT STATUS
+  0    Success.
+  1    An error, described on standard error.
+  3    The branch is stale (a sibling committed first) or no longer exists.
+  run exits with the status of its command: 124 when --timeout ended it, 128+N when signal N did.
+  A pattern (speculate, best-of-n, ...) exits 0 when a candidate won and 1 when none did.
+  Interrupted by signal N (SIGINT, SIGTERM, SIGHUP), run and the patterns exit 128+N.
+
+SHELL COMPLETION
+  branchfs completion SHELL prints a completion script for bash, zsh, fish or powershell; see
+  branchfs completion SHELL --help for where to put it.`,
+		Example: `  branchfs mount --base ~/project /mnt/p
+  branchfs create try1 /mnt/p              # prints /mnt/p/@try1
+  (cd /mnt/p/@try1 && make test)
+  branchfs diff /mnt/p/@try1
+  branchfs commit /mnt/p/@try1             # or: branchfs abort /mnt/p/@try1
+  branchfs run /mnt/p -- make test         # the same in one command
+  branchfs unmount /mnt/p
+  source <(branchfs completion bash)`,
+		Version:       buildVersion(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddGroup(&cobra.Group{ID: "branches", Title: "Branches:"}, &cobra.Group{ID: "runs", Title: "Processes in branches:"})
+	for _, c := range []*cobra.Command{mountCmd(), unmountCmd(), createCmd(), commitCmd(), abortCmd(), listCmd(), diffCmd()} {
+		c.GroupID = "branches"
+		root.AddCommand(c)
+	}
+	for _, c := range []*cobra.Command{runCmd(), checkpointCmd(), restoreCmd(), speculateCmd(), bestOfNCmd(), reflexionCmd(),
+		treeCmd(), beamCmd(), tournamentCmd(), cascadedCmd()} {
+		c.GroupID = "runs"
+		root.AddCommand(c)
+	}
+	return root
+}
+
+// version is the release, set when linking (-ldflags "-X main.version=v1.0.0").
+var version string
+
+// buildVersion is version, or else the module's version and the commit the
+// binary was built from.
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			v += " " + s.Value[:min(12, len(s.Value))]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			v += " (modified)"
+		}
+	}
+	return v
 }

@@ -32,16 +32,20 @@ func mountCmd() *cobra.Command {
 	var passthroughMinSize int64
 	var cacheTimeout time.Duration
 	c := &cobra.Command{
-		Use:   "mount --base DIR [--store DIR] [--foreground] [--passthrough auto|on|off] MNT",
+		Use:   "mount --base DIR MNT",
 		Short: "Mount DIR at MNT; branches appear at MNT/@NAME",
-		Args:  cobra.ExactArgs(1),
+		Long: `Show directory DIR (the base) at MNT and serve its branches at MNT/@NAME, from a daemon that runs
+until unmount (--foreground: in this process). MNT is the main view: writes there go to DIR. The store
+(--store) keeps each branch's changes and the log that makes commits crash-safe; mounting the same
+store again finds its branches as they were, and finishes or undoes a commit a crash interrupted.
+Mounting over a mount whose daemon died replaces it.`,
+		Example: `  branchfs mount --base ~/project /mnt/p
+  branchfs mount --base /srv/data --store /var/lib/branchfs/data --max-branches 64 /mnt/data`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mnt, err := filepath.Abs(args[0])
 			if err != nil {
 				return err
-			}
-			if base == "" {
-				return errors.New("mount: --base is required")
 			}
 			if passthroughMinSize < 0 {
 				return fmt.Errorf("mount: --passthrough-min-size must be 0 or more, not %d", passthroughMinSize)
@@ -80,7 +84,8 @@ func mountCmd() *cobra.Command {
 			return serve(mnt, base, store, opts, readyFd, maxBranches, durable)
 		},
 	}
-	c.Flags().StringVar(&base, "base", "", "directory to show at the mount point")
+	c.Flags().StringVar(&base, "base", "", "directory to show at the mount point (required)")
+	c.MarkFlagRequired("base")
 	c.Flags().StringVar(&store, "store", "", "where branches are kept (default: one directory per mount point under /var/lib/branchfs or $XDG_STATE_HOME/branchfs); --storage is another name for it")
 	c.Flags().BoolVar(&foreground, "foreground", false, "serve in this process instead of starting a daemon")
 	aliasStorage(c)
@@ -316,9 +321,12 @@ func serve(mnt, base, storeDir string, opts fs.Options, readyFd, maxBranches int
 func unmountCmd() *cobra.Command {
 	var store string
 	c := &cobra.Command{
-		Use:   "unmount MNT [--store DIR]",
+		Use:   "unmount MNT",
 		Short: "Unmount MNT and wait for its daemon to exit",
-		Args:  cobra.ExactArgs(1),
+		Long: `Unmount the mount at MNT and wait for its daemon to exit. Branches stay in the store: mounting it
+again shows them. --store finds the daemon of a mount that no longer answers.`,
+		Example: `  branchfs unmount /mnt/p`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mnt, err := filepath.Abs(args[0])
 			if err != nil {

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// The help reads like a manual page: every command says what it does at
+// length, the commands of branches show examples, usage lines leave the
+// optional flags to the flag list, and the root tells the exit statuses,
+// shell completion and the version.
+func TestHelpIsAManual(t *testing.T) {
+	root := newRoot()
+	for _, want := range []string{"EXIT STATUS", "SHELL COMPLETION", "branchfs completion"} {
+		if !strings.Contains(root.Long, want) {
+			t.Errorf("branchfs --help does not tell %s", want)
+		}
+	}
+	if root.Example == "" {
+		t.Error("branchfs --help has no examples")
+	}
+	for _, c := range root.Commands() {
+		if c.Name() == "help" || c.Name() == "completion" {
+			continue
+		}
+		if c.GroupID == "" {
+			t.Errorf("%s is in no group of the command list", c.Name())
+		}
+		if c.GroupID == "branches" {
+			if c.Long == "" || c.Example == "" {
+				t.Errorf("branchfs %s --help: no long description or no examples", c.Name())
+			}
+			if strings.Contains(c.Use, "[--") {
+				t.Errorf("branchfs %s: the usage line %q repeats optional flags", c.Name(), c.Use)
+			}
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"--version"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); !strings.HasPrefix(got, "branchfs version ") || len(strings.TrimSpace(got)) == len("branchfs version") {
+		t.Errorf("--version printed %q", got)
+	}
+}
+
+// --base is required, and cobra says so before the command runs.
+func TestMountNeedsBase(t *testing.T) {
+	root := newRoot()
+	root.SetArgs([]string{"mount", t.TempDir()})
+	err := root.Execute()
+	if err == nil || !strings.Contains(err.Error(), `"base"`) {
+		t.Errorf("mount without --base: %v", err)
+	}
+}
