@@ -195,7 +195,7 @@ func unmountFusermount(mnt string, lazy bool) error {
 		return nil
 	}
 	msg := strings.TrimSpace(string(out))
-	if strings.Contains(msg, syscall.EBUSY.Error()) {
+	if strings.Contains(strings.ToLower(msg), syscall.EBUSY.Error()) { // strerror capitalizes it
 		return fmt.Errorf("%s: %s: %w", Fusermount, msg, unix.EBUSY)
 	}
 	return fmt.Errorf("%s: %v: %s", Fusermount, err, msg)
