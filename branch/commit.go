@@ -342,7 +342,7 @@ func planDir(srcDirs, targetDirs *dirCache, rel string, targetIsDelta bool, j *l
 	}
 	var later []op
 	for _, n := range names {
-		p := joinRel(rel, n)
+		p := JoinRel(rel, n)
 		var st, tst unix.Stat_t
 		if err := unix.Fstatat(sfd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return err

@@ -70,7 +70,7 @@ func viewTree(t *testing.T, v *View, rel string, out map[string]string) map[stri
 		t.Fatal(err)
 	}
 	for _, e := range ents {
-		p := joinRel(rel, e.Name)
+		p := JoinRel(rel, e.Name)
 		en, err := v.Lookup(p)
 		if err != nil {
 			t.Fatal(err)

@@ -41,7 +41,7 @@ func diffDir(src *layer, parent *View, rel string, d *Diff) error {
 		return err
 	}
 	for _, n := range names {
-		p := joinRel(rel, n)
+		p := JoinRel(rel, n)
 		st, err := src.lstat(p)
 		if err != nil {
 			return err

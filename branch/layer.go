@@ -270,8 +270,9 @@ func isNotExist(err error) bool {
 	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR)
 }
 
-// joinRel joins a view-relative directory and a name.
-func joinRel(dir, name string) string {
+// JoinRel joins a view-relative directory and a name: the path of name in
+// dir, "" being the view root.
+func JoinRel(dir, name string) string {
 	if dir == "" {
 		return name
 	}
@@ -313,7 +314,7 @@ func (l *layer) scrub(rel string, root bool) error {
 				}
 			}
 		case syscall.DT_DIR:
-			if err := l.scrub(joinRel(rel, d.Name), true); err != nil {
+			if err := l.scrub(JoinRel(rel, d.Name), true); err != nil {
 				return err
 			}
 		}

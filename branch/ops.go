@@ -445,7 +445,7 @@ func (v *View) bringUp(rel string, e *Entry) error {
 		return err
 	}
 	for _, d := range ents {
-		child := joinRel(rel, d.Name)
+		child := JoinRel(rel, d.Name)
 		ce, err := v.Lookup(child)
 		if err != nil {
 			return err

@@ -53,7 +53,7 @@ func TestScrub(t *testing.T) {
 		ents, err := v.ReadDir(dir)
 		must(t, err)
 		for _, e := range ents {
-			if p := joinRel(dir, e.Name); e.Type == unix.DT_DIR {
+			if p := JoinRel(dir, e.Name); e.Type == unix.DT_DIR {
 				remove(t, v, p)
 			} else {
 				must(t, v.Unlink(p))

@@ -443,7 +443,7 @@ func (v *View) readDir(rel string, skip func(name string) bool) ([]DirEntry, err
 	for i := range out {
 		if d := &out[i]; d.Stat != nil && d.Stat.Nlink > 1 { // partLinks decides
 			e := Entry{Layer: d.Layer, Stat: *d.Stat}
-			e.partLinks(joinRel(rel, d.Name))
+			e.partLinks(JoinRel(rel, d.Name))
 			*d.Stat, d.apart = e.Stat, e.apart
 		}
 	}

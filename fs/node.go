@@ -77,13 +77,6 @@ func (n *Node) begin() (string, syscall.Errno) {
 	return rel, 0
 }
 
-func (n *Node) childRel(rel, name string) string {
-	if rel == "" {
-		return name
-	}
-	return rel + "/" + name
-}
-
 // newChild makes the inode for entry e of n's view.
 func (n *Node) newChild(ctx context.Context, e *branch.Entry, out *fuse.EntryOut) *gofs.Inode {
 	ino, gen := n.view.Identity(e)

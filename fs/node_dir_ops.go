@@ -29,7 +29,7 @@ func (n *Node) makeChild(ctx context.Context, name string, out *fuse.EntryOut, m
 		return nil, errno
 	}
 	defer n.view.Unlock()
-	e, err := make(n.childRel(rel, name))
+	e, err := make(branch.JoinRel(rel, name))
 	if err != nil {
 		return nil, toErrno(err)
 	}
@@ -71,7 +71,7 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	if !ok {
 		return nil, syscall.ENOENT
 	}
-	e, err := n.view.Link(srcRel, n.childRel(rel, name))
+	e, err := n.view.Link(srcRel, branch.JoinRel(rel, name))
 	if err != nil {
 		return nil, toErrno(err)
 	}
@@ -92,7 +92,7 @@ func (n *Node) Unlink(ctx context.Context, name string) syscall.Errno {
 		return errno
 	}
 	defer n.view.Unlock()
-	return toErrno(n.view.Unlink(n.childRel(rel, name)))
+	return toErrno(n.view.Unlink(branch.JoinRel(rel, name)))
 }
 
 func (n *Node) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -101,7 +101,7 @@ func (n *Node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		return errno
 	}
 	defer n.view.Unlock()
-	return toErrno(n.view.Rmdir(n.childRel(rel, name)))
+	return toErrno(n.view.Rmdir(branch.JoinRel(rel, name)))
 }
 
 func (n *Node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
@@ -121,7 +121,7 @@ func (n *Node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if !ok {
 		return syscall.ENOENT
 	}
-	return toErrno(n.view.Rename(n.childRel(rel, name), np.childRel(newRel, newName), uint(flags)))
+	return toErrno(n.view.Rename(branch.JoinRel(rel, name), branch.JoinRel(newRel, newName), uint(flags)))
 }
 
 func (n *Node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
@@ -133,7 +133,7 @@ func (n *Node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, 0, errno
 	}
 	defer n.view.Unlock()
-	f, e, err := n.view.Create(n.childRel(rel, name), int(flags), mode, caller(ctx))
+	f, e, err := n.view.Create(branch.JoinRel(rel, name), int(flags), mode, caller(ctx))
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
 	}

@@ -41,7 +41,7 @@ func (n *Node) lookupEntry(ctx context.Context, name string, out *fuse.EntryOut)
 		return nil, errno
 	}
 	defer n.view.Unlock()
-	e, err := n.view.Stat(n.childRel(rel, name))
+	e, err := n.view.Stat(branch.JoinRel(rel, name))
 	if err != nil {
 		return nil, toErrno(err)
 	}
