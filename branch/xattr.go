@@ -8,6 +8,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Reading xattrs, two ways. By a directory and a name (getxattrAt,
+// listxattrAt), for lookups, which have no descriptor of the name; and by
+// the /proc path of a descriptor (listXattrs, getXattr), which copy-up and
+// commit hold open on the file, O_PATH (for which f*xattr fail).
+//
 // Reading the xattrs of a name in a directory: getxattrat(2) and
 // listxattrat(2) (Linux 6.13) take a directory descriptor and a name, as
 // the other *at calls do. Before them the way was to open the name O_PATH
@@ -90,4 +95,48 @@ func viaProcPath(dirfd int, name string, fn func(p string) (int, error)) (int, e
 	}
 	defer unix.Close(fd)
 	return fn(procPath(fd))
+}
+
+// listXattrs lists the xattr names of path p.
+func listXattrs(p string) ([]string, error) {
+	return xattrNames(func(buf []byte) (int, error) { return unix.Listxattr(p, buf) })
+}
+
+// xattrNames returns the names list reports, a listxattr(2) of a path or of
+// a descriptor.
+func xattrNames(list func(buf []byte) (int, error)) ([]string, error) {
+	sz, err := list(nil)
+	if err != nil || sz == 0 {
+		return nil, err
+	}
+	buf := make([]byte, sz)
+	sz, err = list(buf)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	start := 0
+	for i := 0; i < sz; i++ {
+		if buf[i] == 0 {
+			if i > start {
+				names = append(names, string(buf[start:i]))
+			}
+			start = i + 1
+		}
+	}
+	return names, nil
+}
+
+// getXattr reads xattr name of path p whole.
+func getXattr(p, name string) ([]byte, error) {
+	sz, err := unix.Getxattr(p, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, sz)
+	sz, err = unix.Getxattr(p, name, buf)
+	if err != nil {
+		return nil, err
+	}
+	return buf[:sz], nil
 }
