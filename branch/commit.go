@@ -302,6 +302,9 @@ func (s *Store) completeLocked(c *commitRun) *CommitResult {
 	return res
 }
 
+// markStale makes c and its live descendants stale, a sibling having
+// committed first, and returns their names. Preconditions: s.mu held
+// exclusively.
 func (s *Store) markStale(c *Branch) []string {
 	out := []string{c.meta.Name}
 	if c.State() == Live {
@@ -701,6 +704,7 @@ func removeAt(pfd int, name string) error {
 // (directories that were merged into existing ones) for the trash. Nothing
 // here can undo the commit: an error is logged. It returns the names of the
 // branches dropped.
+// Preconditions: s.mu held exclusively.
 func (s *Store) finish(c *commitRun) []string {
 	dropped, err := s.dropChildren(s.branches[c.j.Name], nil)
 	if err != nil {

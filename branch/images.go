@@ -179,7 +179,7 @@ func LockImages(store, name string) (func(), error) {
 }
 
 // trashBranchData moves a finished branch's data directory (checkpoint
-// images, clone logs) to the trash. The caller holds s.mu.
+// images, clone logs) to the trash. Preconditions: s.mu held exclusively.
 func (s *Store) trashBranchData(name string) {
 	s.trash(BranchDataDir(s.dir, name))
 }

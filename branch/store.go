@@ -381,6 +381,7 @@ func (s *Store) payDoneLocked() {
 
 // committed records in the branches read from the log that the commit
 // journaled in r has happened.
+// Preconditions: during load, before the store is shared.
 func (s *Store) committed(r *logRecord) {
 	if b := s.branches[r.Name]; b != nil {
 		b.meta.Committed = true
@@ -394,6 +395,7 @@ func (s *Store) committed(r *logRecord) {
 
 // link connects every branch to its parent and derives its state: a branch
 // is stale when its parent moved on since it was made, or is not live.
+// Preconditions: during load, before the store is shared.
 func (s *Store) link() error {
 	var resolve func(b *Branch) error
 	resolve = func(b *Branch) error {
@@ -429,6 +431,8 @@ func (s *Store) link() error {
 	return nil
 }
 
+// sortedNames lists the branches but main, by name. Preconditions: s.mu
+// held.
 func (s *Store) sortedNames() []string {
 	names := make([]string, 0, len(s.branches))
 	for n := range s.branches {
@@ -440,6 +444,7 @@ func (s *Store) sortedNames() []string {
 
 // noteNames raises the generated-name counter past every name of the form
 // freeName makes that the log mentions, so that none is handed out again.
+// Preconditions: during load, before the store is shared.
 func (s *Store) noteNames(recs []logRecord) {
 	for i := range recs {
 		r := &recs[i]
@@ -485,6 +490,7 @@ func (s *Store) compactLocked() {
 }
 
 // snapshot is the state as log records, parents before their children.
+// Preconditions: s.mu held.
 func (s *Store) snapshot() []logRecord {
 	recs := []logRecord{{Op: logBranch, Name: MainName, Epoch: s.main.epoch(), AutoName: s.autoName}}
 	var add func(p *Branch)
@@ -501,6 +507,7 @@ func (s *Store) snapshot() []logRecord {
 }
 
 // openView builds b's layer stack: its delta over its parent's stack.
+// Preconditions: s.mu held exclusively, or during load.
 func (s *Store) openView(b *Branch) error {
 	if b.view != nil {
 		return nil
@@ -522,6 +529,8 @@ func (s *Store) openView(b *Branch) error {
 	return nil
 }
 
+// devIndex gives device dev a small number, for Identity. Preconditions:
+// s.mu held exclusively, or during load.
 func (s *Store) devIndex(dev uint64) uint64 {
 	if i, ok := s.devs[dev]; ok {
 		return i
@@ -578,6 +587,8 @@ func (s *Store) View(name string) (*View, error) {
 	return b.view, nil
 }
 
+// lookupBranch finds branch name, main included, in any state.
+// Preconditions: s.mu held.
 func (s *Store) lookupBranch(name string) (*Branch, error) {
 	if name == MainName {
 		return s.main, nil
@@ -648,6 +659,7 @@ func (s *Store) Create(name, parent string) (*View, error) {
 }
 
 // countUnfinished counts the branches that are live or stale.
+// Preconditions: s.mu held.
 func (s *Store) countUnfinished() int {
 	n := 0
 	for _, b := range s.branches {
@@ -663,6 +675,7 @@ const autoPrefix = "branch-"
 
 // freeName makes a name no branch of the store had: the counter outlives
 // mounts (snapshot, noteNames).
+// Preconditions: s.mu held exclusively.
 func (s *Store) freeName() string {
 	for {
 		s.autoName++
@@ -687,14 +700,15 @@ func (s *Store) trash(dir string) error {
 // already in the journal to the trash after the reply, with the emptying
 // of the trash. Until then it is only in the way of a new branch of the
 // same name (Create moves it first), and after a crash load trashes a
-// delta that outlived its branch. The caller holds s.mu.
+// delta that outlived its branch. Preconditions: s.mu held exclusively.
 func (s *Store) trashDeltaLater(name string) {
 	s.leftovers = append(s.leftovers, name)
 	s.emptyTrashLater()
 }
 
 // trashLeftovers moves every delta trashDeltaLater was given to the trash.
-// One that cannot move stays where it is, for load. The caller holds s.mu.
+// One that cannot move stays where it is, for load. Preconditions: s.mu
+// held exclusively.
 func (s *Store) trashLeftovers() {
 	for _, name := range s.leftovers {
 		s.trash(s.deltaDir(name))
@@ -791,7 +805,7 @@ func (s *Store) Abort(name string, recursive bool) ([]string, error) {
 }
 
 // drop removes b and all its descendants, and appends the names of those
-// that had views to dropped. The caller holds s.mu.
+// that had views to dropped. Preconditions: s.mu held exclusively.
 func (s *Store) drop(b *Branch, dropped []string) ([]string, error) {
 	dropped, err := s.dropChildren(b, dropped)
 	if err != nil {
@@ -836,6 +850,8 @@ func (s *Store) remember(b *Branch) {
 		Epoch: b.epoch(), Created: b.meta.Created, Finished: time.Now().UTC()})
 }
 
+// adopt makes b a child of p. Preconditions: s.mu held exclusively, or
+// during load.
 func (s *Store) adopt(p, b *Branch) {
 	b.parent = p
 	if p.kids == nil {
@@ -844,6 +860,7 @@ func (s *Store) adopt(p, b *Branch) {
 	p.kids[b.meta.Name] = b
 }
 
+// remove forgets b. Preconditions: s.mu held exclusively.
 func (s *Store) remove(b *Branch) {
 	delete(s.branches, b.meta.Name)
 	if b.parent != nil {
@@ -851,6 +868,8 @@ func (s *Store) remove(b *Branch) {
 	}
 }
 
+// retire ends b in state st and closes its view. Preconditions: s.mu held
+// exclusively.
 func (s *Store) retire(b *Branch, st State) {
 	b.state.Store(int32(st))
 	if b.view != nil {
@@ -860,6 +879,7 @@ func (s *Store) retire(b *Branch, st State) {
 }
 
 // children lists b's children in any state, by name.
+// Preconditions: s.mu held.
 func (s *Store) children(b *Branch) []*Branch {
 	out := make([]*Branch, 0, len(b.kids))
 	for _, c := range b.kids {
