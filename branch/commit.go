@@ -305,7 +305,7 @@ func (s *Store) completeLocked(c *commitRun) *CommitResult {
 // markStale makes c and its live descendants stale, a sibling having
 // committed first, and returns their names. Preconditions: s.mu held
 // exclusively.
-func (s *Store) markStale(c *Branch) []string {
+func (s *Store) markStale(c *branch) []string {
 	out := []string{c.meta.Name}
 	if c.State() == Live {
 		c.parent.liveChildren.Add(-1)

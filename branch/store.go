@@ -84,20 +84,20 @@ type branchMeta struct {
 	Created     time.Time
 }
 
-// Branch is one node of the branch tree; main is the root and shows the base.
-type Branch struct {
+// branch is one node of the branch tree; main is the root and shows the base.
+type branch struct {
 	meta         branchMeta
-	parent       *Branch
-	kids         map[string]*Branch // children in any state; changed under Store.mu
+	parent       *branch
+	kids         map[string]*branch // children in any state; changed under Store.mu
 	state        atomic.Int32
 	liveChildren atomic.Int32
 	view         *View
 }
 
-func (b *Branch) Name() string  { return b.meta.Name }
-func (b *Branch) State() State  { return State(b.state.Load()) }
-func (b *Branch) isMain() bool  { return b.parent == nil }
-func (b *Branch) epoch() uint64 { return b.meta.Epoch }
+func (b *branch) Name() string  { return b.meta.Name }
+func (b *branch) State() State  { return State(b.state.Load()) }
+func (b *branch) isMain() bool  { return b.parent == nil }
+func (b *branch) epoch() uint64 { return b.meta.Epoch }
 
 // Store owns the branches of one mount.
 type Store struct {
@@ -111,8 +111,8 @@ type Store struct {
 	log      *stateLog
 	base     *layer
 	baseIno  uint64 // inode number of the base root, which every view root reports
-	main     *Branch
-	branches map[string]*Branch // every branch but main, including committed ones
+	main     *branch
+	branches map[string]*branch // every branch but main, including committed ones
 	devs     map[uint64]uint64  // device number -> small index for inode identity
 	nextView atomic.Uint64
 	trashSeq atomic.Uint64
@@ -174,7 +174,7 @@ func Open(dir, base string, o Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	s := &Store{dir: dir, opts: o, branches: map[string]*Branch{}, devs: map[uint64]uint64{}}
+	s := &Store{dir: dir, opts: o, branches: map[string]*branch{}, devs: map[uint64]uint64{}}
 	if err := s.lock(); err != nil {
 		return nil, err
 	}
@@ -282,7 +282,7 @@ func (s *Store) load() error {
 	if err != nil {
 		return err
 	}
-	s.main = &Branch{meta: branchMeta{Name: MainName}}
+	s.main = &branch{meta: branchMeta{Name: MainName}}
 	var pending *logRecord
 	for i := range recs {
 		r := &recs[i]
@@ -292,10 +292,10 @@ func (s *Store) load() error {
 				s.main.meta.Epoch = r.Epoch
 				continue
 			}
-			s.branches[r.Name] = &Branch{meta: branchMeta{Name: r.Name, Parent: r.Parent,
+			s.branches[r.Name] = &branch{meta: branchMeta{Name: r.Name, Parent: r.Parent,
 				ParentEpoch: r.ParentEpoch, Epoch: r.Epoch, Committed: r.Committed, Created: r.Created}}
 		case logCreate:
-			s.branches[r.Name] = &Branch{meta: branchMeta{Name: r.Name, Parent: r.Parent,
+			s.branches[r.Name] = &branch{meta: branchMeta{Name: r.Name, Parent: r.Parent,
 				ParentEpoch: r.ParentEpoch, Created: r.Created}}
 		case logAbort:
 			delete(s.branches, r.Name)
@@ -397,8 +397,8 @@ func (s *Store) committed(r *logRecord) {
 // is stale when its parent moved on since it was made, or is not live.
 // Preconditions: during load, before the store is shared.
 func (s *Store) link() error {
-	var resolve func(b *Branch) error
-	resolve = func(b *Branch) error {
+	var resolve func(b *branch) error
+	resolve = func(b *branch) error {
 		if b.parent != nil {
 			return nil
 		}
@@ -493,8 +493,8 @@ func (s *Store) compactLocked() {
 // Preconditions: s.mu held.
 func (s *Store) snapshot() []logRecord {
 	recs := []logRecord{{Op: logBranch, Name: MainName, Epoch: s.main.epoch(), AutoName: s.autoName}}
-	var add func(p *Branch)
-	add = func(p *Branch) {
+	var add func(p *branch)
+	add = func(p *branch) {
 		for _, c := range s.children(p) {
 			m := c.meta
 			recs = append(recs, logRecord{Op: logBranch, Name: m.Name, Parent: m.Parent, ParentEpoch: m.ParentEpoch,
@@ -508,7 +508,7 @@ func (s *Store) snapshot() []logRecord {
 
 // openView builds b's layer stack: its delta over its parent's stack.
 // Preconditions: s.mu held exclusively, or during load.
-func (s *Store) openView(b *Branch) error {
+func (s *Store) openView(b *branch) error {
 	if b.view != nil {
 		return nil
 	}
@@ -589,7 +589,7 @@ func (s *Store) View(name string) (*View, error) {
 
 // lookupBranch finds branch name, main included, in any state.
 // Preconditions: s.mu held.
-func (s *Store) lookupBranch(name string) (*Branch, error) {
+func (s *Store) lookupBranch(name string) (*branch, error) {
 	if name == MainName {
 		return s.main, nil
 	}
@@ -636,7 +636,7 @@ func (s *Store) Create(name, parent string) (*View, error) {
 	case Committed, Aborted:
 		return nil, &BranchError{"create child of", parent, ErrGone}
 	}
-	b := &Branch{meta: branchMeta{
+	b := &branch{meta: branchMeta{
 		Name: name, Parent: p.meta.Name, ParentEpoch: p.epoch(), Created: time.Now().UTC(),
 	}}
 	if slices.Contains(s.leftovers, name) {
@@ -806,7 +806,7 @@ func (s *Store) Abort(name string, recursive bool) ([]string, error) {
 
 // drop removes b and all its descendants, and appends the names of those
 // that had views to dropped. Preconditions: s.mu held exclusively.
-func (s *Store) drop(b *Branch, dropped []string) ([]string, error) {
+func (s *Store) drop(b *branch, dropped []string) ([]string, error) {
 	dropped, err := s.dropChildren(b, dropped)
 	if err != nil {
 		return dropped, err
@@ -827,7 +827,7 @@ func (s *Store) drop(b *Branch, dropped []string) ([]string, error) {
 }
 
 // dropChildren drops b's descendants (see drop).
-func (s *Store) dropChildren(b *Branch, dropped []string) ([]string, error) {
+func (s *Store) dropChildren(b *branch, dropped []string) ([]string, error) {
 	for _, c := range s.children(b) {
 		var err error
 		if dropped, err = s.drop(c, dropped); err != nil {
@@ -842,7 +842,7 @@ const historyMax = 32
 
 // remember adds b, which just finished, to the history. Preconditions:
 // s.mu held.
-func (s *Store) remember(b *Branch) {
+func (s *Store) remember(b *branch) {
 	if len(s.history) >= historyMax {
 		s.history = slices.Delete(s.history, 0, len(s.history)-historyMax+1)
 	}
@@ -852,16 +852,16 @@ func (s *Store) remember(b *Branch) {
 
 // adopt makes b a child of p. Preconditions: s.mu held exclusively, or
 // during load.
-func (s *Store) adopt(p, b *Branch) {
+func (s *Store) adopt(p, b *branch) {
 	b.parent = p
 	if p.kids == nil {
-		p.kids = map[string]*Branch{}
+		p.kids = map[string]*branch{}
 	}
 	p.kids[b.meta.Name] = b
 }
 
 // remove forgets b. Preconditions: s.mu held exclusively.
-func (s *Store) remove(b *Branch) {
+func (s *Store) remove(b *branch) {
 	delete(s.branches, b.meta.Name)
 	if b.parent != nil {
 		delete(b.parent.kids, b.meta.Name)
@@ -870,7 +870,7 @@ func (s *Store) remove(b *Branch) {
 
 // retire ends b in state st and closes its view. Preconditions: s.mu held
 // exclusively.
-func (s *Store) retire(b *Branch, st State) {
+func (s *Store) retire(b *branch, st State) {
 	b.state.Store(int32(st))
 	if b.view != nil {
 		b.view.layers[0].close()
@@ -880,8 +880,8 @@ func (s *Store) retire(b *Branch, st State) {
 
 // children lists b's children in any state, by name.
 // Preconditions: s.mu held.
-func (s *Store) children(b *Branch) []*Branch {
-	out := make([]*Branch, 0, len(b.kids))
+func (s *Store) children(b *branch) []*branch {
+	out := make([]*branch, 0, len(b.kids))
 	for _, c := range b.kids {
 		out = append(out, c)
 	}

@@ -21,7 +21,7 @@ import (
 // file between an operation's lookup and its change.
 type View struct {
 	store  *Store
-	br     *Branch
+	br     *branch
 	layers []*layer // top (writable) first
 	id     uint64
 
@@ -30,7 +30,7 @@ type View struct {
 	dirs     map[string][]int // directory -> indices of the layers it merges
 }
 
-func (s *Store) newView(b *Branch, layers []*layer) *View {
+func (s *Store) newView(b *branch, layers []*layer) *View {
 	return &View{store: s, br: b, layers: layers, id: s.nextView.Add(1) - 1, dirs: map[string][]int{}}
 }
 
