@@ -155,6 +155,9 @@ func timespec(valid, set, now uint32, sec uint64, nsec uint32) unix.Timespec {
 	return unix.Timespec{Sec: int64(sec), Nsec: int64(nsec)}
 }
 
+// fillAttr is fuse.Attr.FromStat without the inode number: the kernel
+// takes that from the node's identity (View.Identity), which a copy-up
+// keeps and which go-fuse fills in, warning where the two differ.
 func fillAttr(a *fuse.Attr, st *unix.Stat_t) {
 	a.Size = uint64(st.Size)
 	a.Blocks = uint64(st.Blocks)
