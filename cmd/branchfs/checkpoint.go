@@ -16,7 +16,7 @@ func checkpointCmd() *cobra.Command {
 	var runID string
 	var leaveRunning, incremental, asJSON bool
 	c := &cobra.Command{
-		Use:   "checkpoint NAME MNT (PID | --run-id ID) [--leave-running] [--incremental] [--json]",
+		Use:   "checkpoint NAME MNT (PID | --run-id ID)",
 		Short: "Checkpoint the processes of a `branchfs run` in branch NAME, with the branch's files",
 		Long: `Dump the process tree rooted at PID (a process of a ` + "`branchfs run`" + ` in branch NAME), or at the
 command of the run in branch ID (--run-id; a run is named by its branch), with CRIU into the store beside
@@ -24,6 +24,8 @@ the branch. From then on the branch's files are frozen as the checkpoint's (a ch
 holds them). The tree is killed unless --leave-running. --incremental dumps only the pages written since
 the previous checkpoint (which must have left the tree running) where the kernel has soft-dirty bits, and
 everything otherwise; the output says which tier ran. Needs a CRIU that passes ` + "`criu check`" + `.`,
+		Example: `  branchfs run --branch job /mnt/p -- ./long-job.sh &
+  branchfs checkpoint job /mnt/p --run-id job --leave-running`,
 		Args: cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]

@@ -7,7 +7,7 @@ import (
 )
 
 // The help reads like a manual page: every command says what it does at
-// length, the commands of branches show examples, usage lines leave the
+// length, the commands show examples, usage lines leave the
 // optional flags to the flag list, and the root tells the exit statuses,
 // shell completion and the version.
 func TestHelpIsAManual(t *testing.T) {
@@ -27,13 +27,14 @@ func TestHelpIsAManual(t *testing.T) {
 		if c.GroupID == "" {
 			t.Errorf("%s is in no group of the command list", c.Name())
 		}
-		if c.GroupID == "branches" {
-			if c.Long == "" || c.Example == "" {
-				t.Errorf("branchfs %s --help: no long description or no examples", c.Name())
-			}
-			if strings.Contains(c.Use, "[--") {
-				t.Errorf("branchfs %s: the usage line %q repeats optional flags", c.Name(), c.Use)
-			}
+		if c.Long == "" {
+			t.Errorf("branchfs %s --help: no long description", c.Name())
+		}
+		if c.Example == "" {
+			t.Errorf("branchfs %s --help: no examples", c.Name())
+		}
+		if strings.Contains(c.Use, "[--") {
+			t.Errorf("branchfs %s: the usage line %q repeats optional flags", c.Name(), c.Use)
 		}
 	}
 }

@@ -17,6 +17,15 @@ import (
 // kernel/explore. Candidates are shell command lines (-c, repeatable) or
 // N copies of one command after "--" (-n), told apart by BRANCHFS_INDEX.
 
+// candidatesHelp ends the description of the patterns that take
+// candidates.
+const candidatesHelp = `
+
+A candidate is a shell command line (-c, repeatable) or one of N copies of the command after "--"
+(-n N), told apart by $BRANCHFS_INDEX. Each runs as by branchfs run: in a branch of its own (a child of
+--parent, default main) in which MNT shows that branch, with every process it starts ending with it.
+The outcome is printed (--json: as JSON); the exit status is 0 when a candidate won, else 1.`
+
 type patternFlags struct {
 	n       int
 	cmds    []string
@@ -148,8 +157,12 @@ func (f *patternFlags) report(out *explore.Outcome, err error, sig int) error {
 func speculateCmd() *cobra.Command {
 	var f patternFlags
 	c := &cobra.Command{
-		Use:   "speculate (-n N MNT -- CMD ARGS... | -c CMD... MNT) [--timeout D] [--json]",
+		Use:   "speculate (-n N MNT -- CMD ARGS... | -c CMD... MNT)",
 		Short: "Run candidates in parallel branches; the first to succeed commits, the others are killed and aborted",
+		Long: `Run every candidate at once, each in a branch of its own. The first to exit 0 is committed; the others
+are killed and their branches aborted.` + candidatesHelp,
+		Example: `  branchfs speculate -c 'make test' -c 'make CC=clang test' /mnt/p
+  branchfs speculate -n 4 /mnt/p -- ./fix.sh`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, cands, err := f.candidates("speculate", cmd, args)
 			if err != nil {
@@ -168,8 +181,13 @@ func bestOfNCmd() *cobra.Command {
 	var f patternFlags
 	var noCommit bool
 	c := &cobra.Command{
-		Use:   "best-of-n (-n N MNT -- CMD ARGS... | -c CMD... MNT) [--no-commit] [--timeout D] [--json]",
+		Use:   "best-of-n (-n N MNT -- CMD ARGS... | -c CMD... MNT)",
 		Short: "Run candidates to the end; each may write a score to fd 3; the best success commits",
+		Long: `Run every candidate to the end. A candidate may write its score (a number, higher is better) to file
+descriptor 3; the successful candidate with the highest score (the first of equals) is committed (--no-commit: only reported),
+the other branches are aborted.` + candidatesHelp,
+		Example: `  branchfs best-of-n -n 3 /mnt/p -- sh -c './attempt.sh && ./score.sh >&3'
+  branchfs best-of-n --no-commit -c ./a.sh -c ./b.sh /mnt/p`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, cands, err := f.candidates("best-of-n", cmd, args)
 			if err != nil {
@@ -190,8 +208,13 @@ func reflexionCmd() *cobra.Command {
 	var retries int
 	var critique string
 	c := &cobra.Command{
-		Use:   "reflexion --retries K [--critique CMD] MNT -- CMD ARGS...",
+		Use:   "reflexion MNT -- CMD ARGS...",
 		Short: "Retry CMD in a fresh branch until it succeeds, feeding each attempt the last one's output (BRANCHFS_FEEDBACK)",
+		Long: `Run CMD in a fresh branch; when it fails, abort the branch and run it again, up to --retries times,
+with $BRANCHFS_FEEDBACK holding the failed attempt's output (or what --critique printed in its branch).
+The first attempt that exits 0 is committed. The exit status is 0 when one did, else 1.`,
+		Example: `  branchfs reflexion --retries 5 /mnt/p -- ./agent.sh
+  branchfs reflexion --critique 'make test 2>&1 | tail -20' /mnt/p -- ./agent.sh`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, rest, err := f.mount("reflexion", cmd, args, true)
 			if err != nil {
@@ -220,8 +243,13 @@ func cascadedCmd() *cobra.Command {
 	var fanOut []int
 	var waveTimeout time.Duration
 	c := &cobra.Command{
-		Use:   "cascaded [--fan-out 1,2,4] [--wave-timeout D] MNT -- CMD ARGS...",
+		Use:   "cascaded MNT -- CMD ARGS...",
 		Short: "Run waves of CMD, wider each time, each fed the failures so far; the first success commits",
+		Long: `Run CMD in waves of branches, each wave as wide as the next --fan-out number, with
+$BRANCHFS_FEEDBACK holding the output of the failures so far. The first candidate to exit 0 is
+committed and the others of its wave are killed and aborted. The exit status is 0 when one succeeded,
+else 1.`,
+		Example: `  branchfs cascaded --fan-out 1,2,4 --wave-timeout 5m /mnt/p -- ./agent.sh`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, rest, err := f.mount("cascaded", cmd, args, true)
 			if err != nil {
@@ -242,8 +270,12 @@ func tournamentCmd() *cobra.Command {
 	var f patternFlags
 	var judge string
 	c := &cobra.Command{
-		Use:   "tournament --judge CMD (-n N MNT -- CMD ARGS... | -c CMD... MNT) [--json]",
+		Use:   "tournament --judge CMD (-n N MNT -- CMD ARGS... | -c CMD... MNT)",
 		Short: "Run candidates to the end, then narrow the successes by pairs; JUDGE A B prints 0 or 1; the last one commits",
+		Long: `Run every candidate to the end, then pit the successful ones against each other by pairs: --judge
+gets the two branches' views as $1 and $2 and prints 0 when the first wins, 1 when the second does.
+The last one standing is committed.` + candidatesHelp,
+		Example: `  branchfs tournament --judge './compare.sh "$1" "$2"' -n 4 /mnt/p -- ./agent.sh`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(judge) == "" {
 				return errors.New("tournament: --judge is required")
@@ -269,8 +301,13 @@ func treeCmd() *cobra.Command {
 	var expand string
 	var depth int
 	c := &cobra.Command{
-		Use:   "tree (-n N MNT -- CMD ARGS... | -c CMD... MNT) [--expand CMD --depth D] [--json]",
+		Use:   "tree (-n N MNT -- CMD ARGS... | -c CMD... MNT)",
 		Short: "Best of the strategies at each level; EXPAND prints the next level's strategies from the winner's state",
+		Long: `Run the candidates (the strategies) as best-of-n does. With --expand and a --depth above 1, the levels
+happen in a branch of their own: each level's best is committed into it, then --expand runs there
+($BRANCHFS_DEPTH is the next level) and prints the next level's strategies, one shell command line a
+line. That branch is committed once every level has had a winner, and aborted when one has none.` + candidatesHelp,
+		Example: `  branchfs tree -c ./plan-a.sh -c ./plan-b.sh --expand ./next-steps.sh --depth 3 /mnt/p`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, cands, err := f.candidates("tree", cmd, args)
 			if err != nil {
@@ -296,8 +333,13 @@ func beamCmd() *cobra.Command {
 	var expand string
 	var width, depth int
 	c := &cobra.Command{
-		Use:   "beam (-n N MNT -- CMD ARGS... | -c CMD... MNT) --expand CMD [--width K] [--depth D] [--json]",
+		Use:   "beam (-n N MNT -- CMD ARGS... | -c CMD... MNT) --expand CMD",
 		Short: "Keep the K best branches at each level; EXPAND prints each survivor's children; the best leaf commits",
+		Long: `Run the candidates and keep the --width best successes (by the score each writes to file descriptor
+3). At each next level --expand runs in every survivor's branch and prints its children's strategies,
+one a line, which run as child branches; the --width best of them all survive. After --depth levels
+the best survivor is committed, and its ancestors up to --parent; everything else is aborted.` + candidatesHelp,
+		Example: `  branchfs beam -n 4 --expand ./children.sh --width 2 --depth 3 /mnt/p -- ./step.sh`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, cands, err := f.candidates("beam", cmd, args)
 			if err != nil {

@@ -14,14 +14,15 @@ func restoreCmd() *cobra.Command {
 	var clones int
 	var keep, asJSON bool
 	c := &cobra.Command{
-		Use:   "restore NAME MNT --clones N [--keep] [--json]",
+		Use:   "restore NAME MNT --clones N",
 		Short: "Restore the latest checkpoint of branch NAME as N clones, each in a child branch",
 		Long: `Make N child branches of NAME and restore the latest checkpoint of NAME into each: its own mount
 namespace, in which MNT shows the clone's branch, its own PID namespace and cgroup. All or none: if one
 clone fails to restore, every clone is ended and its branch aborted, and the error names it. Each clone
 reads its generation id in ` + checkpoint.CloneDir + `/id. branchfs restore then waits: the first clone to exit 0
 commits into NAME and the others are killed and aborted (--keep leaves every clone's branch).`,
-		Args: cobra.ExactArgs(2),
+		Example: `  branchfs restore job /mnt/p --clones 4`,
+		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if clones < 1 {
 				return fmt.Errorf("restore: --clones must be at least 1")

@@ -52,7 +52,7 @@ func runCmd() *cobra.Command {
 	var asJSON bool
 	var binds []string
 	c := &cobra.Command{
-		Use:   "run [--branch NAME | --parent P] [--on-success commit|keep] [--on-failure abort|keep] [--timeout D] [--json] [--bind PATH]... MNT -- CMD ARGS...",
+		Use:   "run MNT -- CMD ARGS...",
 		Short: "Run CMD in a branch in which MNT shows the branch; commit or abort it when CMD ends",
 		Long: `Run CMD in a new branch of MNT (a child of --parent, default main), or in the existing branch
 --branch NAME. CMD runs in a private mount namespace in which MNT itself (and each --bind PATH) shows
@@ -60,6 +60,9 @@ the branch, with its working directory moved into the branch when it was inside 
 starts ends with it. When CMD exits 0 the branch is committed (--on-success keep leaves it); otherwise
 a branch the run made is aborted (--on-failure keep leaves it; a --branch is kept unless told).
 Output and exit status are CMD's (124 on --timeout, 128+N when signal N ended it).`,
+		Example: `  branchfs run /mnt/p -- make test
+  branchfs run --on-success keep --timeout 10m /mnt/p -- ./agent.sh
+  branchfs run --branch try1 --bind "$HOME/project" /mnt/p -- make`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
