@@ -1,7 +1,7 @@
 GO      ?= go
 BIN     := bin/branchfs
 
-.PHONY: build demo test check bench qemu-test clean
+.PHONY: build demo test check bench qemu-test qemu-test-debug clean
 
 # Without cgo: the only C the binary would link is the libc user and DNS
 # lookups of os/user and net, which branchfs never reaches, and the
@@ -33,6 +33,12 @@ bench:
 qemu-test:
 	./qemu/deps.sh
 	./qemu/run.sh
+
+# The same tests on a debug kernel (KASAN, lockdep, atomic-sleep and list
+# checks: qemu/kernel-debug.config); any report in its log fails the run.
+qemu-test-debug:
+	./qemu/deps.sh
+	BRANCHFS_QEMU_DEBUG=1 ./qemu/run.sh
 
 check:
 	test -z "$$(gofmt -l .)"
