@@ -24,6 +24,11 @@ if [ -x /tests/extra ]; then
 	/tests/extra
 	echo "== extra program exited $?"
 fi
+# The host fails the run on any BUG, WARNING, Oops, lockdep or KASAN
+# report; quiet keeps most of them off the console, so print the log.
+echo "== kernel log"
+dmesg
+echo "== kernel log end"
 echo "== guest done"
 branchfs unmount /work
 branchfs unmount /lim
