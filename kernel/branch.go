@@ -19,7 +19,7 @@ import (
 // announces it in SysfsDir; without that directory nothing is called.
 const (
 	SysBranch  = 500 // x86_64 only
-	ABIVersion = 1
+	ABIVersion = 2
 	SysfsDir   = "/sys/kernel/branch"
 
 	BR_CREATE = 1
@@ -43,10 +43,11 @@ type CreateAttr struct {
 	_           uint32
 	ChildPids   uint64 // *int32
 	BranchNames uint64 // *[n][BR_NAME_MAX]byte
+	Pidfds      uint64 // *int32, may be 0
 }
 
-// EndAttr is the commit and abort member of union branch_attr. CtlFd is
-// ignored by the kernel: it knows the caller's branch.
+// EndAttr is the commit and abort member of union branch_attr. CtlFd must
+// be -1: the kernel knows the caller's branch.
 type EndAttr struct {
 	Flags uint32
 	CtlFd int32
@@ -104,8 +105,9 @@ func Branch(op int, attr unsafe.Pointer, size uintptr) (int, error) {
 
 // Child is one child that BranchCreate forked.
 type Child struct {
-	Pid  int
-	Name string
+	Pid   int
+	Name  string
+	Pidfd int // O_CLOEXEC, for waiting without races; the caller closes it
 }
 
 // BranchCreate forks n children, each in a new branch of the branchfs
@@ -120,6 +122,7 @@ func BranchCreate(mnt *os.File, n int, flags uint32) (int, []Child, error) {
 		return -1, nil, syscall.EINVAL
 	}
 	pids := make([]int32, n)
+	pidfds := make([]int32, n)
 	names := make([]byte, n*BR_NAME_MAX)
 	attr := CreateAttr{
 		Flags:       flags,
@@ -127,9 +130,11 @@ func BranchCreate(mnt *os.File, n int, flags uint32) (int, []Child, error) {
 		NBranches:   uint32(n),
 		ChildPids:   uint64(uintptr(unsafe.Pointer(&pids[0]))),
 		BranchNames: uint64(uintptr(unsafe.Pointer(&names[0]))),
+		Pidfds:      uint64(uintptr(unsafe.Pointer(&pidfds[0]))),
 	}
 	idx, err := Branch(BR_CREATE, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
 	runtime.KeepAlive(pids)
+	runtime.KeepAlive(pidfds)
 	runtime.KeepAlive(names)
 	if err != nil || idx != 0 {
 		return idx, nil, err
@@ -137,7 +142,7 @@ func BranchCreate(mnt *os.File, n int, flags uint32) (int, []Child, error) {
 	children := make([]Child, n)
 	for i := range children {
 		name := names[i*BR_NAME_MAX : (i+1)*BR_NAME_MAX]
-		children[i] = Child{Pid: int(pids[i]), Name: string(bytes.TrimRight(name, "\x00"))}
+		children[i] = Child{Pid: int(pids[i]), Name: string(bytes.TrimRight(name, "\x00")), Pidfd: int(pidfds[i])}
 	}
 	return 0, children, nil
 }
@@ -150,7 +155,8 @@ func BranchCommit() error {
 	return err
 }
 
-// BranchAbort drops the caller's branch and exits; it returns only on error.
+// BranchAbort drops the caller's branch, ends every other task in it and
+// ends the caller as if killed by SIGABRT; it returns only on error.
 func BranchAbort() error {
 	attr := EndAttr{CtlFd: -1}
 	_, err := Branch(BR_ABORT, unsafe.Pointer(&attr), unsafe.Sizeof(attr))

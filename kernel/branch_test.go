@@ -80,6 +80,9 @@ func TestBranchFromGo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("BranchCreate: %v", err)
 	}
+	for _, c := range children {
+		unix.Close(c.Pidfd)
+	}
 	winner := 0
 	for i, c := range children {
 		var ws unix.WaitStatus

@@ -23,7 +23,7 @@
 #include "branchfs.h"
 
 #define __NR_branch		500	/* x86_64 */
-#define BRANCH_ABI_VERSION	1
+#define BRANCH_ABI_VERSION	2
 #define BRANCH_SYSFS		"/sys/kernel/branch"
 
 #define BR_CREATE	1
@@ -32,12 +32,13 @@
 
 #define BR_FS		(1U << 0)	/* each child sees its branch at the mount point */
 #define BR_MEMORY	(1U << 1)	/* reserved: EOPNOTSUPP */
-#define BR_ISOLATE	(1U << 2)	/* siblings cannot signal or ptrace each other */
+#define BR_ISOLATE	(1U << 2)	/* siblings cannot signal, trace or renice each other */
 #define BR_CLOSE_FDS	(1U << 3)	/* children start with fds 0, 1 and 2 only */
 
 #define BR_NAME_MAX	128
 #define BR_MAX_BRANCHES	64
 
+/* Unused bytes must be zero. */
 union branch_attr {
 	struct {
 		uint32_t flags;
@@ -46,14 +47,15 @@ union branch_attr {
 		uint32_t __pad;		/* 0 */
 		uint64_t child_pids;	/* pid_t[n_branches] or 0 */
 		uint64_t branch_names;	/* char[n_branches][BR_NAME_MAX] */
+		uint64_t pidfds;	/* int[n_branches] or 0: O_CLOEXEC pidfds */
 	} create;
 	struct {
 		uint32_t flags;		/* 0 */
-		int32_t ctl_fd;		/* ignored */
+		int32_t ctl_fd;		/* -1 */
 	} commit;
 	struct {
 		uint32_t flags;		/* 0 */
-		int32_t ctl_fd;		/* ignored */
+		int32_t ctl_fd;		/* -1; the caller ends as if killed by SIGABRT */
 	} abort;
 };
 

@@ -4,7 +4,7 @@
  *
  * Run inside the QEMU guest (qemu/init.sh): /work is a branchfs mount of
  * /base, /lim one of /base2 that allows at most two unfinished branches.
- * Prints "PASS name" or "FAIL name: why" per test and "BENCH" lines.
+ * Prints TAP (kselftest style) and "# BENCH" lines.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -22,6 +22,10 @@
 #include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <pthread.h>
+#include <sys/syscall.h>
 #include <time.h>
 
 #include "branch.h"
@@ -39,33 +43,45 @@ struct shared {
 	volatile pid_t grandchild;
 	volatile int err[8];
 	volatile long ns[BR_MAX_BRANCHES];
+	volatile char views[BR_MAX_BRANCHES][BR_NAME_MAX];
 };
 
 static struct shared *sh;
+
+static int count_views(const char *mnt);
+static int wait_views(const char *mnt, int want);
 
 static void reset_shared(void)
 {
 	memset(sh, 0, sizeof(*sh));
 }
 
+/*
+ * Output is TAP, as kselftest prints it: the plan, then one "ok N name" or
+ * "not ok N name" per test, with "# " lines for what failed. A test calls
+ * fail() for every check that fails and pass() when it got to the end;
+ * it passes only when it did the second and never the first.
+ */
+static int test_failed, test_passed;
+
 static int fail(const char *test, const char *fmt, ...)
 {
 	va_list ap;
 
-	printf("FAIL %s: ", test);
+	printf("# FAIL %s: ", test);
 	va_start(ap, fmt);
 	vprintf(fmt, ap);
 	va_end(ap);
 	printf("\n");
 	fflush(stdout);
-	failures++;
+	test_failed = 1;
 	return -1;
 }
 
 static void pass(const char *test)
 {
-	printf("PASS %s\n", test);
-	fflush(stdout);
+	(void)test;
+	test_passed = 1;
 }
 
 static long now_ns(void)
@@ -236,33 +252,40 @@ static int killed(int status)
 	return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
 }
 
-/* BR_CREATE with N children, each writing into its own branch via BR_FS. */
+/*
+ * BR_CREATE with N children, each writing into its own branch via BR_FS;
+ * once they are gone, without a commit, their branches are aborted.
+ */
 static void test_create(unsigned int n)
 {
 	char test[32], path[512], buf[64];
 	pid_t pids[BR_MAX_BRANCHES];
 	char names[BR_MAX_BRANCHES][BR_NAME_MAX];
+	int before = count_views(MNT), status, left;
 	long t0, r;
 	unsigned int i, j;
-	int status;
 
 	snprintf(test, sizeof(test), "create_n%u", n);
+	reset_shared();
 	t0 = now_ns();
 	r = create(MNT, BR_FS, n, pids, names);
 	if (r > 0) {
 		snprintf(buf, sizeof(buf), "%ld", r);
-		_exit(write_file(MNT "/child.txt", buf) == 0 ? 0 : 1);
+		if (write_file(MNT "/child.txt", buf) < 0)
+			_exit(1);
+		__atomic_add_fetch(&sh->done, 1, __ATOMIC_RELEASE);
+		for (;;)
+			pause();
 	}
 	if (r < 0) {
 		fail(test, "BR_CREATE: %s", strerror(errno));
 		return;
 	}
-	printf("BENCH create_n%u: %ld us\n", n, (now_ns() - t0) / 1000);
-	for (i = 0; i < n; i++) {
-		if (wait_deadline(pids[i], &status, 20) < 0 || !exited(status, 0)) {
-			fail(test, "child %u (pid %d) did not write its file (status %#x)", i + 1, pids[i], status);
-			goto out;
-		}
+	printf("# BENCH create_n%u: %ld us\n", n, (now_ns() - t0) / 1000);
+	wait_done(n);
+	if (sh->done < (int)n) {
+		fail(test, "%d of %u children wrote their file", sh->done, n);
+		goto out;
 	}
 	for (i = 0; i < n; i++) {
 		if (!names[i][0]) {
@@ -284,10 +307,16 @@ static void test_create(unsigned int n)
 		fail(test, "a child's write reached the base");
 		goto out;
 	}
-	pass(test);
 out:
-	for (i = 0; i < n; i++)
-		abort_branch(MNT, names[i]);
+	for (i = 0; i < n; i++) {
+		kill(pids[i], SIGKILL);
+		if (waitpid(pids[i], &status, __WALL) != pids[i] || !killed(status))
+			fail(test, "child %u (pid %d): status %#x", i + 1, pids[i], status);
+	}
+	left = wait_views(MNT, before);
+	if (left != before)
+		fail(test, "%d branches of exited children left, want %d", left, before);
+	pass(test);
 }
 
 /* Three children commit at once: exactly one wins, the others lose. */
@@ -338,9 +367,10 @@ static void test_commit_race(int rounds)
 				return reap(pids + i + 1, 2 - i);
 			}
 		}
-		for (i = 0; i < 3; i++)
-			if (i + 1 != winner)
-				abort_branch(MNT, names[i]);
+		if (wait_views(MNT, 0) != 0) {
+			fail(test, "round %d: %d branches left after the race", round, count_views(MNT));
+			return;
+		}
 		if (winners != 1) {
 			fail(test, "round %d: %d winners", round, winners);
 			return;
@@ -354,16 +384,28 @@ static void test_commit_race(int rounds)
 	pass(test);
 }
 
-/* BR_ABORT drops the branch and ends the caller. */
+/*
+ * BR_ABORT drops the branch at once, ends every other task of it, and
+ * ends the caller as if killed by SIGABRT: not a success.
+ */
 static void test_abort(void)
 {
 	const char *test = "abort";
 	char names[1][BR_NAME_MAX], path[512];
 	pid_t pid;
 	int status;
-	long r = create(MNT, BR_FS, 1, &pid, names);
+	long r;
 
+	reset_shared();
+	r = create(MNT, BR_FS, 1, &pid, names);
 	if (r > 0) {
+		pid_t g = fork();
+
+		if (g == 0) {
+			for (;;)
+				pause();
+		}
+		sh->grandchild = g;
 		if (write_file(MNT "/aborted.txt", "x") < 0)
 			_exit(1);
 		abort_self();
@@ -373,19 +415,18 @@ static void test_abort(void)
 		fail(test, "BR_CREATE: %s", strerror(errno));
 		return;
 	}
-	if (wait_deadline(pid, &status, 20) < 0 || !exited(status, 0)) {
-		fail(test, "child status %#x, want exit 0 from BR_ABORT", status);
+	if (wait_deadline(pid, &status, 20) < 0 || !WIFSIGNALED(status) || WTERMSIG(status) != SIGABRT) {
+		fail(test, "child status %#x, want killed by SIGABRT from BR_ABORT", status);
 		return;
 	}
 	snprintf(path, sizeof(path), MNT "/@%s", names[0]);
-	if (exists(path)) {
+	if (exists(path))
 		fail(test, "%s still exists", path);
-		return;
-	}
-	if (exists(MNT "/aborted.txt")) {
+	if (exists(MNT "/aborted.txt"))
 		fail(test, "an aborted write reached the base");
-		return;
-	}
+	/* We are a subreaper: the orphaned grandchild is ours to reap. */
+	if (!sh->grandchild || wait_deadline(sh->grandchild, &status, 10) < 0 || !killed(status))
+		fail(test, "the aborted child's own child (pid %d) survived: status %#x", sh->grandchild, status);
 	pass(test);
 }
 
@@ -643,18 +684,34 @@ out:
 	abort_branch(MNT, names[1]);
 }
 
+/*
+ * Branches of the mount that are neither main nor committed, from the
+ * control file's list: readdir does not show them.
+ */
 static int count_views(const char *mnt)
 {
-	DIR *d = opendir(mnt);
-	struct dirent *e;
+	static char buf[1 << 20];
+	char path[512];
+	const char *p;
 	int n = 0;
 
-	if (!d)
+	snprintf(path, sizeof(path), "%s/.branchfs_ctl", mnt);
+	if (read_file(path, buf, sizeof(buf)) < 0)
 		return -1;
-	while ((e = readdir(d)))
-		if (e->d_name[0] == '@')
+	for (p = buf; (p = strstr(p, "\"state\": \"")); p++)
+		if (strncmp(p + 10, "committed", 9))
 			n++;
-	closedir(d);
+	return n - 1;	/* main */
+}
+
+/* Waits, at most 20 s, until mnt has want unfinished branches. */
+static int wait_views(const char *mnt, int want)
+{
+	long deadline = now_ns() + 20 * 1000000000L;
+	int n;
+
+	while ((n = count_views(mnt)) != want && now_ns() < deadline)
+		usleep(1000);
 	return n;
 }
 
@@ -698,10 +755,10 @@ static void test_partial_failure(void)
 		_exit(0);
 	if (r < 0)
 		return (void)fail(test, "BR_CREATE of 2 after the failure: %s", strerror(errno));
-	for (i = 0; i < 2; i++) {
+	for (i = 0; i < 2; i++)
 		wait_deadline(pids[i], &status, 20);
-		abort_branch(LIM, names[i]);
-	}
+	if (wait_views(LIM, before) != before)
+		return (void)fail(test, "the exited children's branches stay");
 	pass(test);
 }
 
@@ -716,7 +773,7 @@ static void expect_errno(const char *test, long r, int want, const char *what)
 static void test_bad_input(void)
 {
 	const char *test = "bad_input";
-	int before = failures, fd = open(MNT, O_RDONLY | O_DIRECTORY), sub;
+	int fd = open(MNT, O_RDONLY | O_DIRECTORY), sub;
 	char names[2][BR_NAME_MAX];
 	pid_t pids[2];
 	union branch_attr attr;
@@ -773,11 +830,599 @@ static void test_bad_input(void)
 
 	if (count_views(MNT) != 0)
 		fail(test, "failed calls left %d branches", count_views(MNT));
+	/* The op first: a bad op with a bad pointer is EINVAL. */
+	expect_errno(test, syscall(__NR_branch, 99, (void *)8, sizeof(attr)), EINVAL, "bad op, bad pointer");
+
 	close(sub);
 	close(fd);
 	rmdir(MNT "/subdir");
-	if (failures == before)
-		pass(test);
+	pass(test);
+}
+
+/* ---- the fixes of issue 30; each of these failed on the first series ---- */
+
+static long create_attr(union branch_attr *attr)
+{
+	return branch(BR_CREATE, attr, sizeof(*attr));
+}
+
+static volatile int reaper_stop;
+static volatile int reaped_n;
+static pid_t reaped[4096];
+
+/* Another thread of the caller, reaping whatever child it sees. */
+static void *reaper(void *arg)
+{
+	(void)arg;
+	while (!reaper_stop) {
+		int st;
+		pid_t p = waitpid(-1, &st, __WALL | WNOHANG);
+
+		if (p > 0 && reaped_n < 4096)
+			reaped[reaped_n++] = p;
+	}
+	return NULL;
+}
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+/*
+ * BR_CREATE under a 300 us timer, with another thread reaping any child:
+ * every child the kernel made is one whose pid was returned, and no
+ * branch stays once they exited.
+ */
+static void test_signals_create(void)
+{
+	const char *test = "signals_during_create";
+	static pid_t returned[4096];
+	struct itimerval it = { { 0, 300 }, { 0, 300 } };
+	struct sigaction sa = { 0 };
+	int nret = 0, i, j, fails = 0, st;
+	pthread_t th;
+	pid_t p;
+
+	sa.sa_handler = on_alarm;
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGALRM, &sa, NULL);
+	reaper_stop = 0;
+	reaped_n = 0;
+	pthread_create(&th, NULL, reaper, NULL);
+	setitimer(ITIMER_REAL, &it, NULL);
+	for (i = 0; i < 10; i++) {
+		pid_t pids[8];
+		char names[8][BR_NAME_MAX];
+		long r = create(MNT, BR_FS, 8, pids, names);
+
+		if (r > 0)
+			_exit(0);
+		if (r < 0) {
+			fails++;
+			continue;
+		}
+		for (j = 0; j < 8; j++)
+			returned[nret++] = pids[j];
+	}
+	for (i = 0; i < 10; i++) {
+		pid_t pids[4];
+		char names[4][BR_NAME_MAX];
+		long r = create(LIM, BR_FS, 4, pids, names);
+
+		if (r > 0)
+			_exit(0);
+		if (r == 0)
+			fail(test, "4 branches under a limit of 2");
+	}
+	memset(&it, 0, sizeof(it));
+	setitimer(ITIMER_REAL, &it, NULL);
+	/* Everything returned exits at once: reap until nothing is left. */
+	for (long deadline = now_ns() + 20 * 1000000000L; now_ns() < deadline;) {
+		int got = 0;
+
+		for (i = 0; i < reaped_n; i++)
+			for (j = 0; j < nret; j++)
+				if (reaped[i] == returned[j])
+					got++;
+		if (got == nret || reaped_n >= nret + 64)
+			break;
+		usleep(1000);
+	}
+	reaper_stop = 1;
+	pthread_join(th, NULL);
+	while ((p = waitpid(-1, &st, __WALL | WNOHANG)) > 0)
+		reaped[reaped_n++] = p;
+	for (i = 0; i < reaped_n; i++) {
+		for (j = 0; j < nret && reaped[i] != returned[j]; j++)
+			;
+		if (j == nret) {
+			fail(test, "pid %d was reaped but never returned by BR_CREATE", reaped[i]);
+			break;
+		}
+	}
+	if (reaped_n != nret)
+		fail(test, "%d children reaped, %d returned (%d calls failed)", reaped_n, nret, fails);
+	if (fails)
+		fail(test, "%d of 10 creates failed under the timer", fails);
+	if (wait_views(MNT, 0) || wait_views(LIM, 0))
+		fail(test, "branches left: %d in %s, %d in %s", count_views(MNT), MNT, count_views(LIM), LIM);
+	signal(SIGALRM, SIG_DFL);
+	pass(test);
+}
+
+static volatile int scribble_stop;
+static char (*scribble_names)[BR_NAME_MAX];
+static char scribble_with[BR_NAME_MAX];
+
+static void *scribbler(void *arg)
+{
+	(void)arg;
+	while (!scribble_stop) {
+		int i;
+
+		for (i = 0; i < 8; i++)
+			memcpy(scribble_names[i], scribble_with, BR_NAME_MAX);
+	}
+	return NULL;
+}
+
+/* Which view the calling child sees at MNT, from the control file. */
+static void my_view(char *out)
+{
+	static char buf[1 << 20];
+	char *p, *e;
+
+	out[0] = '\0';
+	if (read_file(MNT "/.branchfs_ctl", buf, sizeof(buf)) < 0)
+		return;
+	p = strstr(buf, "\"view\": \"");
+	if (!p)
+		return;
+	p += 9;
+	e = strchr(p, '"');
+	if (!e || e - p >= BR_NAME_MAX)
+		return;
+	memcpy(out, p, e - p);
+	out[e - p] = '\0';
+}
+
+/*
+ * Another thread writes the name of a decoy branch over the names buffer
+ * while BR_CREATE runs: every child still comes up in its own branch.
+ */
+static void test_names_copied(void)
+{
+	const char *test = "names_copied_once";
+	static char names[8][BR_NAME_MAX];
+	int fd = open(MNT, O_RDONLY | O_DIRECTORY), round, i, j, st;
+	pthread_t th;
+	pid_t pids[8];
+
+	memset(scribble_with, 0, sizeof(scribble_with));
+	if (fd < 0 || ioctl(fd, FS_IOC_BRANCH_CREATE, scribble_with) < 0) {
+		fail(test, "decoy: %s", strerror(errno));
+		return;
+	}
+	close(fd);
+	scribble_names = names;
+	scribble_stop = 0;
+	pthread_create(&th, NULL, scribbler, NULL);
+	for (round = 0; round < 4; round++) {
+		long r;
+
+		reset_shared();
+		r = create(MNT, BR_FS, 8, pids, names);
+		if (r > 0) {
+			char v[BR_NAME_MAX];
+
+			my_view(v);
+			memcpy((char *)sh->views[r - 1], v, BR_NAME_MAX);
+			_exit(0);
+		}
+		if (r < 0) {
+			fail(test, "round %d: BR_CREATE: %s", round, strerror(errno));
+			continue;
+		}
+		for (i = 0; i < 8; i++)
+			waitpid(pids[i], &st, __WALL);
+		for (i = 0; i < 8; i++) {
+			const char *v = (const char *)sh->views[i];
+
+			if (!v[0] || !strcmp(v, "main") || !strcmp(v, scribble_with))
+				fail(test, "round %d: child %d came up in view \"%s\"", round, i + 1, v);
+			for (j = 0; j < i; j++)
+				if (!strcmp(v, (const char *)sh->views[j]))
+					fail(test, "round %d: children %d and %d share view %s", round, j + 1, i + 1, v);
+		}
+	}
+	scribble_stop = 1;
+	pthread_join(th, NULL);
+	abort_branch(MNT, scribble_with);
+	if (wait_views(MNT, 0))
+		fail(test, "%d branches left", count_views(MNT));
+	pass(test);
+}
+
+/* A mount of one view reaches no other branch through branch(). */
+static void test_confined_view(void)
+{
+	const char *test = "confined_view";
+	char name[BR_NAME_MAX] = "", src[512], names[1][BR_NAME_MAX];
+	int fd = open(MNT, O_RDONLY | O_DIRECTORY);
+	pid_t pid;
+	long r;
+
+	if (fd < 0 || ioctl(fd, FS_IOC_BRANCH_CREATE, name) < 0) {
+		fail(test, "create: %s", strerror(errno));
+		return;
+	}
+	close(fd);
+	snprintf(src, sizeof(src), MNT "/@%s", name);
+	mkdir("/tmp/confined", 0755);
+	if (mount(src, "/tmp/confined", NULL, MS_BIND, NULL) < 0) {
+		fail(test, "bind: %s", strerror(errno));
+		goto out;
+	}
+	r = create("/tmp/confined", 0, 1, &pid, names);
+	if (r > 0)
+		_exit(0);
+	if (r == 0) {
+		waitpid(pid, NULL, 0);
+		fail(test, "BR_CREATE on a bind mount of one view succeeded");
+	} else if (errno != EXDEV) {
+		fail(test, "BR_CREATE on a bind mount of one view: %s, want EXDEV", strerror(errno));
+	}
+	umount("/tmp/confined");
+out:
+	abort_branch(MNT, name);
+	if (wait_views(MNT, 0))
+		fail(test, "%d branches left", count_views(MNT));
+	pass(test);
+}
+
+/* Callers SIGKILLed in the middle of BR_CREATE leave no branch. */
+static void test_caller_killed(void)
+{
+	const char *test = "caller_killed";
+	int k, st;
+	pid_t p;
+
+	for (k = 0; k < 8; k++) {
+		pid_t helper;
+
+		reset_shared();
+		helper = fork();
+		if (helper == 0) {
+			for (;;) {
+				pid_t pids[8];
+				char names[8][BR_NAME_MAX];
+				long r;
+
+				__atomic_add_fetch(&sh->done, 1, __ATOMIC_RELEASE);
+				r = create(MNT, BR_FS, 8, pids, names);
+				if (r > 0)
+					_exit(0);
+			}
+		}
+		while (__atomic_load_n(&sh->done, __ATOMIC_ACQUIRE) < 1 + k % 3)
+			usleep(100);
+		/* A varying point of the call, not a wait for anything. */
+		usleep(700 * k);
+		kill(helper, SIGKILL);
+		waitpid(helper, &st, 0);
+	}
+	/* Orphans come to us, the subreaper; they exit at once. */
+	for (long deadline = now_ns() + 20 * 1000000000L; now_ns() < deadline;) {
+		p = waitpid(-1, &st, __WALL | WNOHANG);
+		if (p < 0)
+			break;
+		if (p == 0)
+			usleep(1000);
+	}
+	if (waitpid(-1, &st, __WALL | WNOHANG) >= 0)
+		fail(test, "children of the killed callers still run");
+	if (wait_views(MNT, 0))
+		fail(test, "%d branches left after 8 killed callers", count_views(MNT));
+	pass(test);
+}
+
+/*
+ * A sibling tries SIGIO with F_SETSIG SIGKILL, prlimit, setpriority,
+ * sched_setscheduler and oom_score_adj on the other: all refused under
+ * BR_ISOLATE, all allowed without.
+ */
+static void run_fence(const char *test, unsigned int flags, int want)
+{
+	char names[2][BR_NAME_MAX];
+	pid_t pids[2];
+	int status[2], i;
+	long r;
+
+	reset_shared();
+	r = create(MNT, flags, 2, pids, names);
+	if (r == 1) {
+		pid_t sib;
+		int pfd[2], n = 0;
+		struct rlimit rl = { 1 << 20, 1 << 20 };
+		struct sched_param sp = { 0 };
+		char path[64];
+
+		wait_step(1);
+		sib = sh->pids[1];
+		sh->err[n++] = prlimit(sib, RLIMIT_FSIZE, &rl, NULL) ? errno : 0;
+		sh->err[n++] = setpriority(PRIO_PROCESS, sib, 5) ? errno : 0;
+		sh->err[n++] = sched_setscheduler(sib, SCHED_BATCH, &sp) ? errno : 0;
+		snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", sib);
+		sh->err[n++] = write_file(path, "500") ? errno : 0;
+		/* Last: it kills the sibling when allowed. */
+		if (pipe(pfd) || fcntl(pfd[0], F_SETOWN, sib) || fcntl(pfd[0], F_SETSIG, SIGKILL) ||
+		    fcntl(pfd[0], F_SETFL, O_ASYNC) || write(pfd[1], "x", 1) != 1)
+			_exit(9);
+		set_step(2);
+		_exit(0);
+	}
+	if (r == 2) {
+		struct rlimit rl;
+
+		wait_step(2);
+		getrlimit(RLIMIT_FSIZE, &rl);
+		_exit(rl.rlim_cur == RLIM_INFINITY ? 0 : 1);
+	}
+	if (r < 0) {
+		fail(test, "BR_CREATE: %s", strerror(errno));
+		return;
+	}
+	sh->pids[0] = pids[0];
+	sh->pids[1] = pids[1];
+	set_step(1);
+	for (i = 0; i < 2; i++)
+		if (wait_deadline(pids[i], &status[i], 20) < 0)
+			fail(test, "child %d hung", i + 1);
+	if (!exited(status[0], 0))
+		fail(test, "the acting child ended with %#x", status[0]);
+	for (i = 0; i < 4; i++) {
+		static const char *what[] = { "prlimit", "setpriority", "sched_setscheduler", "oom_score_adj" };
+
+		if (sh->err[i] != want)
+			fail(test, "%s(sibling) gave %s, want %s", what[i], strerror(sh->err[i]), strerror(want));
+	}
+	if (want && !exited(status[1], 0))
+		fail(test, "the fenced sibling ended with %#x (SIGIO got through?)", status[1]);
+	if (!want && !killed(status[1]))
+		fail(test, "without BR_ISOLATE, F_SETSIG SIGKILL did not reach the sibling: %#x", status[1]);
+	pass(test);
+}
+
+/* BR_FS moves a working directory, root and descriptors inside the mount. */
+static void test_fs_rebase(void)
+{
+	const char *test = "fs_rebase";
+	int status;
+	pid_t helper;
+
+	/* The base takes writes once the branches of earlier tests are gone. */
+	wait_views(MNT, 0);
+	if ((mkdir(MNT "/sub", 0755) && errno != EEXIST) || write_file(MNT "/sub/f.txt", "")) {
+		fail(test, "setup: %s", strerror(errno));
+		return;
+	}
+	helper = fork();
+	if (helper == 0) {
+		char names[2][BR_NAME_MAX];
+		pid_t pids[2];
+		int fd = open(MNT "/sub/f.txt", O_WRONLY), dfd = open(MNT "/sub", O_RDONLY | O_DIRECTORY);
+		int mfd = open(MNT, O_RDONLY | O_DIRECTORY), i, st[2];
+		union branch_attr attr = { 0 };
+		char buf[16];
+		long r;
+
+		if (fd < 0 || dfd < 0 || mfd < 0 || chdir(MNT "/sub")) {
+			printf("# fs_rebase: setup: fd %d dfd %d mfd %d: %s\n", fd, dfd, mfd, strerror(errno));
+			_exit(20);
+		}
+		/* child 1: cwd and descriptors; child 2 of a second call: a root inside */
+		r = create(MNT, BR_FS, 1, pids, names);
+		if (r > 0) {
+			int afd;
+
+			if (write_file("rel.txt", "rel") < 0)
+				_exit(1);
+			if (write(fd, "fd", 2) != 2)
+				_exit(2);
+			afd = openat(dfd, "at.txt", O_WRONLY | O_CREAT, 0644);
+			if (afd < 0)
+				_exit(3);
+			close(afd);
+			if (read_file(MNT "/sub/f.txt", buf, sizeof(buf)) || strcmp(buf, "fd"))
+				_exit(4);
+			if (!exists(MNT "/sub/rel.txt") || !exists(MNT "/sub/at.txt"))
+				_exit(5);
+			_exit(0);
+		}
+		if (r < 0)
+			_exit(21);
+		waitpid(pids[0], &st[0], 0);
+		if (chroot(MNT "/sub"))
+			_exit(22);
+		attr.create.flags = BR_FS;
+		attr.create.mount_fd = mfd;
+		attr.create.n_branches = 1;
+		attr.create.child_pids = (uintptr_t)&pids[1];
+		attr.create.branch_names = (uintptr_t)&names[1];
+		r = create_attr(&attr);
+		if (r > 0)
+			_exit(write_file("/root.txt", "root") ? 6 : 0);
+		if (r < 0)
+			_exit(23);
+		waitpid(pids[1], &st[1], 0);
+		for (i = 0; i < 2; i++)
+			if (!exited(st[i], 0))
+				_exit(30 + WEXITSTATUS(st[i]) + 10 * i);
+		_exit(0);
+	}
+	if (wait_deadline(helper, &status, 30) < 0 || !exited(status, 0))
+		fail(test, "helper status %#x (exit 31..: cwd/fd child failed at step N-30; 4x: root child)", status);
+	if (exists(MNT "/sub/rel.txt") || exists(MNT "/sub/at.txt") || exists(MNT "/sub/root.txt"))
+		fail(test, "a child's write reached the base");
+	{
+		char buf[16];
+
+		if (read_file(MNT "/sub/f.txt", buf, sizeof(buf)) || buf[0])
+			fail(test, "a write through an inherited descriptor reached the base");
+	}
+	unlink(MNT "/sub/f.txt");
+	rmdir(MNT "/sub");
+	if (wait_views(MNT, 0))
+		fail(test, "%d branches left", count_views(MNT));
+	pass(test);
+}
+
+/* strace -f sees the children: PTRACE_EVENT_FORK and auto-attach. */
+static void test_traced(void)
+{
+	const char *test = "traced_fork_events";
+	int st, forks = 0, attached = 0;
+	long deadline = now_ns() + 20 * 1000000000L;
+	pid_t pid = fork(), w;
+
+	if (pid == 0) {
+		pid_t pids[2];
+		char names[2][BR_NAME_MAX];
+		long r;
+
+		ptrace(PTRACE_TRACEME, 0, 0, 0);
+		raise(SIGSTOP);
+		r = create(MNT, BR_FS, 2, pids, names);
+		if (r > 0)
+			_exit(0);
+		if (r < 0)
+			_exit(1);
+		waitpid(pids[0], NULL, 0);
+		waitpid(pids[1], NULL, 0);
+		_exit(0);
+	}
+	if (waitpid(pid, &st, 0) != pid || !WIFSTOPPED(st)) {
+		fail(test, "tracee did not stop: %#x", st);
+		return;
+	}
+	ptrace(PTRACE_SETOPTIONS, pid, 0, PTRACE_O_TRACEFORK);
+	ptrace(PTRACE_CONT, pid, 0, 0);
+	while (now_ns() < deadline) {
+		w = waitpid(-1, &st, __WALL);
+		if (w < 0)
+			break;
+		if (w == pid && (WIFEXITED(st) || WIFSIGNALED(st))) {
+			if (!exited(st, 0))
+				fail(test, "tracee ended with %#x", st);
+			break;
+		}
+		if (!WIFSTOPPED(st))
+			continue;
+		if (w == pid && st >> 8 == (SIGTRAP | (PTRACE_EVENT_FORK << 8)))
+			forks++;
+		else if (w != pid && WSTOPSIG(st) == SIGSTOP)
+			attached++;
+		ptrace(PTRACE_CONT, w, 0, w == pid || WSTOPSIG(st) == SIGSTOP || WSTOPSIG(st) == SIGTRAP ? 0 : WSTOPSIG(st));
+	}
+	if (forks != 2 || attached != 2)
+		fail(test, "%d PTRACE_EVENT_FORK stops and %d auto-attached children, want 2 and 2", forks, attached);
+	while (waitpid(-1, &st, __WALL | WNOHANG) > 0)
+		;
+	if (wait_views(MNT, 0))
+		fail(test, "%d branches left", count_views(MNT));
+	pass(test);
+}
+
+/* pidfds come back; ctl_fd must be -1 and unused bytes zero, in a branch too. */
+static void test_pidfds_and_attr(void)
+{
+	const char *test = "pidfds_and_attr";
+	union branch_attr attr = { 0 };
+	char names[2][BR_NAME_MAX];
+	pid_t pids[2];
+	int pidfds[2] = { -1, -1 }, i;
+	int fd = open(MNT, O_RDONLY | O_DIRECTORY);
+	long r;
+
+	attr.create.flags = BR_FS;
+	attr.create.mount_fd = fd;
+	attr.create.n_branches = 2;
+	attr.create.child_pids = (uintptr_t)pids;
+	attr.create.branch_names = (uintptr_t)names;
+	attr.create.pidfds = (uintptr_t)pidfds;
+	r = create_attr(&attr);
+	if (r > 0) {
+		union branch_attr c = { 0 };
+		int code = 0;
+
+		c.commit.ctl_fd = 5;
+		if (branch(BR_COMMIT, &c, sizeof(c)) == 0 || errno != EINVAL)
+			code |= 1;
+		c.commit.ctl_fd = -1;
+		((unsigned char *)&c)[20] = 1;
+		if (branch(BR_COMMIT, &c, sizeof(c)) == 0 || errno != EINVAL)
+			code |= 2;
+		if (branch(BR_ABORT, &c, sizeof(c)) == 0 || errno != EINVAL)
+			code |= 4;
+		_exit(code ? code : 40 + r);
+	}
+	close(fd);
+	if (r < 0) {
+		fail(test, "BR_CREATE: %s", strerror(errno));
+		return;
+	}
+	for (i = 0; i < 2; i++) {
+		siginfo_t si = { 0 };
+
+		if (pidfds[i] < 0 || (fcntl(pidfds[i], F_GETFD) & FD_CLOEXEC) == 0) {
+			fail(test, "pidfd %d: %d, not an O_CLOEXEC descriptor", i + 1, pidfds[i]);
+			reap(pids + i, 1);
+			continue;
+		}
+		if (syscall(SYS_waitid, P_PIDFD, pidfds[i], &si, WEXITED, NULL) < 0)
+			fail(test, "waitid(P_PIDFD) %d: %s", i + 1, strerror(errno));
+		else if (si.si_pid != pids[i] || si.si_status != 41 + i)
+			fail(test, "child %d: pid %d status %d (1: ctl_fd 5, 2/4: unused bytes accepted)",
+			     i + 1, si.si_pid, si.si_status);
+		close(pidfds[i]);
+	}
+	if (wait_views(MNT, 0))
+		fail(test, "%d branches left", count_views(MNT));
+	pass(test);
+}
+
+/* /proc/sys/user/max_branches caps the branches of a user. */
+static void test_limits(void)
+{
+	const char *test = "limits";
+	char old[32], names[3][BR_NAME_MAX];
+	pid_t pids[3];
+	long r;
+
+	if (read_file("/proc/sys/user/max_branches", old, sizeof(old)) < 0) {
+		fail(test, "/proc/sys/user/max_branches: %s", strerror(errno));
+		return;
+	}
+	write_file("/proc/sys/user/max_branches", "2");
+	r = create(MNT, 0, 3, pids, names);
+	if (r > 0)
+		_exit(0);
+	if (r == 0)
+		fail(test, "3 branches under max_branches 2");
+	else if (errno != EAGAIN)
+		fail(test, "got %s, want EAGAIN", strerror(errno));
+	r = create(MNT, 0, 2, pids, names);
+	if (r > 0)
+		_exit(0);
+	if (r < 0)
+		fail(test, "2 branches under max_branches 2: %s", strerror(errno));
+	else
+		reap(pids, 2);
+	write_file("/proc/sys/user/max_branches", old);
+	if (wait_views(MNT, 0))
+		fail(test, "%d branches left", count_views(MNT));
+	pass(test);
 }
 
 /* Mean cost of one branch with a child that exits at once, three ways. */
@@ -859,42 +1504,109 @@ static void bench(void)
 	}
 	c_sys /= iters;
 	c_user /= iters;
-	printf("BENCH create+child+exit: fork() %ld us, branch(BR_CREATE) %ld us, ioctl+fork+unshare+bind %ld us; "
+	printf("# BENCH create+child+exit: fork() %ld us, branch(BR_CREATE) %ld us, ioctl+fork+unshare+bind %ld us; "
 	       "branch/fork %.2fx, branch/userspace %.2fx\n",
 	       t_fork / 1000, t_sys / 1000, t_user / 1000,
 	       (double)t_sys / t_fork, (double)t_sys / t_user);
-	printf("BENCH commit: branch(BR_COMMIT) %ld us, open+ioctl(FS_IOC_BRANCH_COMMIT) %ld us; ratio %.2fx\n",
+	printf("# BENCH commit: branch(BR_COMMIT) %ld us, open+ioctl(FS_IOC_BRANCH_COMMIT) %ld us; ratio %.2fx\n",
 	       c_sys / 1000, c_user / 1000, (double)c_sys / c_user);
+}
+
+static void run_create(const char *arg) { test_create(atoi(arg)); }
+static void run_commit_race(const char *arg) { (void)arg; test_commit_race(10); }
+static void run_abort(const char *arg) { (void)arg; test_abort(); }
+static void run_nesting(const char *arg) { (void)arg; test_nesting(); }
+static void run_isolate_on(const char *arg) { run_isolate(arg, BR_FS | BR_ISOLATE, EPERM); }
+static void run_isolate_off(const char *arg) { run_isolate(arg, BR_FS, 0); }
+static void run_close_on(const char *arg) { run_close_fds(arg, BR_FS | BR_CLOSE_FDS, 0); }
+static void run_close_off(const char *arg) { run_close_fds(arg, BR_FS, 1); }
+static void run_grandchild(const char *arg) { (void)arg; test_grandchild_killed(); }
+static void run_failed_commit(const char *arg) { (void)arg; test_failed_commit(); }
+static void run_partial(const char *arg) { (void)arg; test_partial_failure(); }
+static void run_bad_input(const char *arg) { (void)arg; test_bad_input(); }
+static void run_signals(const char *arg) { (void)arg; test_signals_create(); }
+static void run_names(const char *arg) { (void)arg; test_names_copied(); }
+static void run_confined(const char *arg) { (void)arg; test_confined_view(); }
+static void run_killed(const char *arg) { (void)arg; test_caller_killed(); }
+static void run_fence_on(const char *arg) { run_fence(arg, BR_FS | BR_ISOLATE, EPERM); }
+static void run_fence_off(const char *arg) { run_fence(arg, BR_FS, 0); }
+static void run_rebase(const char *arg) { (void)arg; test_fs_rebase(); }
+static void run_traced(const char *arg) { (void)arg; test_traced(); }
+static void run_pidfds(const char *arg) { (void)arg; test_pidfds_and_attr(); }
+static void run_limits(const char *arg) { (void)arg; test_limits(); }
+
+static const struct test {
+	const char *name;
+	void (*fn)(const char *arg);
+	const char *arg;
+} tests[] = {
+	{ "bad_input", run_bad_input, NULL },
+	{ "create_n1", run_create, "1" },
+	{ "create_n3", run_create, "3" },
+	{ "create_n8", run_create, "8" },
+	{ "create_n64", run_create, "64" },
+	{ "commit_race", run_commit_race, NULL },
+	{ "abort", run_abort, NULL },
+	{ "nesting", run_nesting, NULL },
+	{ "isolate", run_isolate_on, "isolate" },
+	{ "no_isolate_control", run_isolate_off, "no_isolate_control" },
+	{ "close_fds", run_close_on, "close_fds" },
+	{ "no_close_fds_control", run_close_off, "no_close_fds_control" },
+	{ "grandchild_killed", run_grandchild, NULL },
+	{ "failed_fs_commit", run_failed_commit, NULL },
+	{ "partial_failure", run_partial, NULL },
+	{ "signals_during_create", run_signals, NULL },
+	{ "names_copied_once", run_names, NULL },
+	{ "confined_view", run_confined, NULL },
+	{ "caller_killed", run_killed, NULL },
+	{ "fence_more", run_fence_on, "fence_more" },
+	{ "no_fence_more_control", run_fence_off, "no_fence_more_control" },
+	{ "fs_rebase", run_rebase, NULL },
+	{ "traced_fork_events", run_traced, NULL },
+	{ "pidfds_and_attr", run_pidfds, NULL },
+	{ "limits", run_limits, NULL },
+};
+
+#define N_TESTS (sizeof(tests) / sizeof(tests[0]))
+
+/* Runs one test and prints its TAP line; n counts from 1. */
+static void run_test(unsigned int n, const char *name, void (*fn)(const char *), const char *arg)
+{
+	if (fn) {
+		test_failed = test_passed = 0;
+		fn(arg);
+	}
+	if (test_passed && !test_failed) {
+		printf("ok %u %s\n", n, name);
+	} else {
+		if (!test_failed)
+			printf("# %s returned without a verdict\n", name);
+		printf("not ok %u %s\n", n, name);
+		failures++;
+	}
+	fflush(stdout);
 }
 
 int main(int argc, char **argv)
 {
+	unsigned int i;
+
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED)
 		return 2;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	printf("TAP version 13\n1..%zu\n", N_TESTS + 1);
+	test_failed = test_passed = 0;
 	if (branch_available() != 0) {
 		fail("available", "%s has no branch(): %s", BRANCH_SYSFS, strerror(errno));
+		run_test(1, "available", NULL, NULL);
 		return 1;
 	}
 	pass("available");
-
-	test_bad_input();
-	test_create(1);
-	test_create(3);
-	test_create(8);
-	test_create(64);
-	test_commit_race(10);
-	test_abort();
-	test_nesting();
-	run_isolate("isolate", BR_FS | BR_ISOLATE, EPERM);
-	run_isolate("no_isolate_control", BR_FS, 0);
-	run_close_fds("close_fds", BR_FS | BR_CLOSE_FDS, 0);
-	run_close_fds("no_close_fds_control", BR_FS, 1);
-	test_grandchild_killed();
-	test_failed_commit();
-	test_partial_failure();
+	run_test(1, "available", NULL, NULL);
+	for (i = 0; i < N_TESTS; i++)
+		run_test(i + 2, tests[i].name, tests[i].fn, tests[i].arg ? tests[i].arg : tests[i].name);
 	if (argc < 2 || strcmp(argv[1], "--no-bench"))
 		bench();
 	return failures ? 1 : 0;
