@@ -7,6 +7,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// CopyUp gives rel a copy of its own in the view's top layer, as the first
+// change to it does, and returns the new entry; withData false leaves the
+// copy empty, for a change that truncates it. Opening for writing copies
+// up by itself (Open).
+func (v *View) CopyUp(rel string, withData bool) (*Entry, error) {
+	if err := v.beginWrite(); err != nil {
+		return nil, err
+	}
+	return v.copyUp(rel, withData)
+}
+
 // copyUp makes rel exist in the top layer with the data (unless withData
 // is false), mode, owner, times and xattrs it shows now, and returns the
 // new entry. It is a no-op for entries already in the top layer.

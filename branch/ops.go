@@ -18,10 +18,7 @@ func (v *View) Open(rel string, flags int) (*File, *Entry, error) {
 	var e *Entry
 	var err error
 	if OpensForWrite(flags) {
-		if err := v.beginWrite(); err != nil {
-			return nil, nil, err
-		}
-		e, err = v.copyUp(rel, flags&unix.O_TRUNC == 0)
+		e, err = v.CopyUp(rel, flags&unix.O_TRUNC == 0)
 	} else {
 		if fd, e := v.openRead(rel, flags); e != nil {
 			return v.newFile(fd, flags, e), e, nil

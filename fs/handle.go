@@ -28,11 +28,9 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 			// would send our writes to the lower file, and could never
 			// pass reads of the copy through. ESTALE makes the kernel
 			// look the name up again and retry the open on the new inode.
-			f, _, err := n.view.Open(rel, int(flags))
-			if err != nil {
+			if _, err := n.view.CopyUp(rel, flags&syscall.O_TRUNC == 0); err != nil {
 				return nil, 0, toErrno(err)
 			}
-			f.Close()
 			n.replaced()
 			return nil, 0, syscall.ESTALE
 		}
