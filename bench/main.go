@@ -25,7 +25,7 @@ func runtimeGOROOT() string {
 func main() {
 	out := flag.String("out", "bench/results", "where RESULTS.md and results.svg go")
 	quick := flag.Bool("quick", false, "smaller sizes, for a smoke run")
-	only := flag.String("only", "", "run only these workloads (comma-separated: create,commit,io,meta,build,depth,memory)")
+	only := flag.String("only", "", "run only these workloads (comma-separated: create,commit,io,meta,tree,build,depth,memory)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: needs root (FUSE mounts, dropping caches)")
@@ -57,7 +57,7 @@ func main() {
 		name string
 		fn   func()
 	}{{"create", b.createLatency}, {"commit", b.commitAbort}, {"io", b.throughput},
-		{"meta", b.metadata}, {"build", b.build}, {"depth", b.lookupDepth}, {"memory", b.memory}}
+		{"meta", b.metadata}, {"tree", b.tree}, {"build", b.build}, {"depth", b.lookupDepth}, {"memory", b.memory}}
 	for _, w := range workloads {
 		if *only == "" || strings.Contains(","+*only+",", ","+w.name+",") {
 			w.fn()

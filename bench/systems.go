@@ -55,6 +55,18 @@ func (b *bench) mountOverlay(name, base string) string {
 	return mnt
 }
 
+// mountKernelOverlay mounts the kernel's overlayfs, base read-only below
+// a fresh upper directory: the reference a FUSE design must approach.
+func (b *bench) mountKernelOverlay(name, base string) string {
+	upper, work, mnt := b.dir(name+"-upper"), b.dir(name+"-work"), b.dir(name+"-mnt")
+	out, err := exec.Command("mount", "-t", "overlay", "overlay", "-o", "lowerdir="+base+",upperdir="+upper+",workdir="+work, mnt).CombinedOutput()
+	if err != nil {
+		fail("mount overlayfs: %v: %s", err, out)
+	}
+	b.mounts = append(b.mounts, mnt)
+	return mnt
+}
+
 func (b *bench) unmount(mnt string) {
 	if err := exec.Command(b.bin, "unmount", mnt).Run(); err != nil {
 		if err := exec.Command("fusermount3", "-u", mnt).Run(); err != nil {

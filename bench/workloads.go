@@ -16,10 +16,11 @@ import (
 
 // Systems, in the order the tables list them.
 const (
-	sysNative  = "native ext4"
-	sysMain    = "branchfs main"
-	sysBranch  = "branchfs branch"
-	sysOverlay = "fuse-overlayfs"
+	sysNative   = "native ext4"
+	sysMain     = "branchfs main"
+	sysBranch   = "branchfs branch"
+	sysOverlay  = "fuse-overlayfs"
+	sysKOverlay = "overlayfs (kernel)"
 )
 
 func (b *bench) add(group, cas, system, unit string, samples []float64) {
@@ -212,10 +213,11 @@ func (b *bench) throughput() {
 	syncFS()
 	auto := b.mountBranchfs("io-auto", base, "auto")
 	ovl := b.mountOverlay("io-ovl", base)
+	kovl := b.mountKernelOverlay("io-kovl", base)
 	ba, _ := createBranch(auto)
 	views := []view{
 		{sysNative, base}, {sysMain, auto}, {sysBranch, filepath.Join(auto, "@"+ba)},
-		{sysOverlay, ovl},
+		{sysOverlay, ovl}, {sysKOverlay, kovl},
 	}
 	mb := float64(size) / (1 << 20)
 	for _, cache := range []string{"cold", "warm"} {
@@ -247,6 +249,7 @@ func (b *bench) throughput() {
 	}
 	b.unmount(auto)
 	b.unmount(ovl)
+	b.unmount(kovl)
 	// Writes: main is writable only without live branches, so each system
 	// gets a fresh mount.
 	wbase := b.dir("io-wbase")
@@ -254,8 +257,9 @@ func (b *bench) throughput() {
 	wb := b.mountBranchfs("io-wbranch", b.dir("io-wbase2"), "auto")
 	wname, _ := createBranch(wb)
 	wovl := b.mountOverlay("io-wovl", b.dir("io-wbase3"))
+	wkovl := b.mountKernelOverlay("io-wkovl", b.dir("io-wbase4"))
 	for _, v := range []view{{sysNative, b.dir("io-wnative")}, {sysMain, wmain},
-		{sysBranch, filepath.Join(wb, "@"+wname)}, {sysOverlay, wovl}} {
+		{sysBranch, filepath.Join(wb, "@"+wname)}, {sysOverlay, wovl}, {sysKOverlay, wkovl}} {
 		var s []float64
 		for r := 0; r < 3; r++ {
 			p := filepath.Join(v.dir, "out"+strconv.Itoa(r))
@@ -267,6 +271,7 @@ func (b *bench) throughput() {
 	b.unmount(wmain)
 	b.unmount(wb)
 	b.unmount(wovl)
+	b.unmount(wkovl)
 }
 
 type view struct{ system, dir string }
@@ -424,8 +429,9 @@ func (b *bench) build() {
 	wb := b.mountBranchfs("build-branch", b.dir("build-base2"), "auto")
 	name, _ := createBranch(wb)
 	wovl := b.mountOverlay("build-ovl", b.dir("build-base3"))
+	wkovl := b.mountKernelOverlay("build-kovl", b.dir("build-base4"))
 	views := []view{{sysNative, b.dir("build-native")}, {sysMain, wmain},
-		{sysBranch, filepath.Join(wb, "@"+name)}, {sysOverlay, wovl}}
+		{sysBranch, filepath.Join(wb, "@"+name)}, {sysOverlay, wovl}, {sysKOverlay, wkovl}}
 	for _, v := range views {
 		root := filepath.Join(v.dir, "go")
 		must(os.MkdirAll(root, 0o755))
@@ -452,7 +458,65 @@ func (b *bench) build() {
 	b.unmount(wmain)
 	b.unmount(wb)
 	b.unmount(wovl)
+	b.unmount(wkovl)
 }
+
+// tree: what agents do to many small files, in a branch view against
+// native, fuse-overlayfs and the kernel's overlayfs: extracting Go's src/
+// (about 11k files; tar -x, then sync), copying the extracted tree within
+// the view (cp -a, then sync) and removing the copy (rm -rf, then sync).
+// The systems take turns (see turns), in a fresh directory each round.
+func (b *bench) tree() {
+	tarball := filepath.Join(b.work, "src.tar")
+	src := "src"
+	if b.quick {
+		src = "src/go" // a tenth of it
+	}
+	must(run(runtimeGOROOT(), nil, "tar", "-cf", tarball, src))
+	mnt := b.mountBranchfs("tree", b.dir("tree-base"), "auto")
+	name, _ := createBranch(mnt)
+	ovl := b.mountOverlay("tree-ovl", b.dir("tree-base2"))
+	kovl := b.mountKernelOverlay("tree-kovl", b.dir("tree-base3"))
+	views := []view{{sysNative, b.dir("tree-native")}, {sysBranch, filepath.Join(mnt, "@"+name)},
+		{sysOverlay, ovl}, {sysKOverlay, kovl}}
+	rounds := 5
+	if b.quick {
+		rounds = 2
+	}
+	timed := func(dir string, args ...string) float64 {
+		syncFS()
+		start := time.Now()
+		must(run(dir, nil, args[0], args[1:]...))
+		syncFS()
+		return usSince(start) / 1e6
+	}
+	extract, cp, rm := make([][]float64, len(views)), make([][]float64, len(views)), make([][]float64, len(views))
+	for r := 0; r < rounds; r++ {
+		for _, i := range turns(r, len(views)) {
+			d := filepath.Join(views[i].dir, "r"+strconv.Itoa(r))
+			must(os.Mkdir(d, 0o755))
+			extract[i] = append(extract[i], timed(d, "tar", "-xf", tarball))
+			cp[i] = append(cp[i], timed(d, "cp", "-a", "src", "copy"))
+			rm[i] = append(rm[i], timed(d, "rm", "-rf", "copy"))
+			must(os.RemoveAll(d))
+		}
+	}
+	for i, v := range views {
+		b.add("tree", caseExtract, v.system, "s", extract[i])
+		b.add("tree", caseCopy, v.system, "s", cp[i])
+		b.add("tree", caseRemove, v.system, "s", rm[i])
+	}
+	b.unmount(mnt)
+	b.unmount(ovl)
+	b.unmount(kovl)
+}
+
+// The tree workload's cases, which its targets name.
+const (
+	caseExtract = "extract Go's src/ (tar -x, sync)"
+	caseCopy    = "copy it in the view (cp -a, sync)"
+	caseRemove  = "remove the copy (rm -rf, sync)"
+)
 
 // lookupDepth: first lookups of files through 1 to 16 nested branches.
 func (b *bench) lookupDepth() {
