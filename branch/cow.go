@@ -171,20 +171,7 @@ func (v *View) copyFile(src *layer, rel string, e *Entry, top *layer, dir string
 		return err
 	}
 	defer unix.Close(out)
-	if withData {
-		if err := copyData(in, out, e.Stat.Size); err != nil {
-			return err
-		}
-	}
-	if err := unix.Fchown(out, int(e.Stat.Uid), int(e.Stat.Gid)); err != nil && !errors.Is(err, unix.EPERM) {
-		return err
-	}
-	// chown clears set-id bits, so the mode goes after it.
-	if err := unix.Fchmod(out, e.Stat.Mode&07777); err != nil {
-		return err
-	}
-	copyXattrs(in, out, "")
-	if err := unix.UtimesNanoAt(unix.AT_FDCWD, procPath(out), []unix.Timespec{e.Stat.Atim, e.Stat.Mtim}, 0); err != nil {
+	if err := fillCopy(in, out, &e.Stat, withData); err != nil {
 		return err
 	}
 	// The copy gets its name only once complete: a crash leaves nothing.
@@ -196,6 +183,25 @@ func (v *View) copyFile(src *layer, rel string, e *Entry, top *layer, dir string
 		err = unix.Linkat(unix.AT_FDCWD, procPath(out), pfd, name, unix.AT_SYMLINK_FOLLOW)
 	}
 	return err
+}
+
+// fillCopy gives out, a new file, the data (unless withData is false),
+// owner, mode, xattrs and times of in, whose status is st.
+func fillCopy(in, out int, st *unix.Stat_t, withData bool) error {
+	if withData {
+		if err := copyData(in, out, st.Size); err != nil {
+			return err
+		}
+	}
+	if err := unix.Fchown(out, int(st.Uid), int(st.Gid)); err != nil && !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	// chown clears set-id bits, so the mode goes after it.
+	if err := unix.Fchmod(out, st.Mode&07777); err != nil {
+		return err
+	}
+	copyXattrs(in, out, "")
+	return unix.UtimesNanoAt(unix.AT_FDCWD, procPath(out), []unix.Timespec{st.Atim, st.Mtim}, 0)
 }
 
 // copyData clones the file where the filesystem can, else copies it

@@ -1,7 +1,9 @@
 package branch
 
 import (
+	"errors"
 	"strconv"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,35 +15,100 @@ import (
 // layer, and branchfs's own xattrs stay hidden.
 type File struct {
 	view  *View
-	fd    int
-	write bool // opened for writing
-	top   bool // the file is in the view's top layer
+	fd    atomic.Int64 // the file read and changed; Detach replaces it
+	first int          // the descriptor opened, kept open until Close
+	write bool         // opened for writing
+	top   atomic.Bool  // the file is in the view's top layer
 }
 
 func (v *View) newFile(fd, flags int, e *Entry) *File {
-	return &File{view: v, fd: fd, write: OpensForWrite(flags), top: !e.Lower()}
+	f := &File{view: v, first: fd, write: OpensForWrite(flags)}
+	f.fd.Store(int64(fd))
+	f.top.Store(!e.Lower())
+	return f
 }
+
+// cur is the descriptor of the file f reads and changes now.
+func (f *File) cur() int { return int(f.fd.Load()) }
 
 // Fd is the open descriptor, for the kernel to read a file of the top or a
 // lower layer directly (passthrough). It stays the File's.
-func (f *File) Fd() int { return f.fd }
+func (f *File) Fd() int { return f.first }
 
 // Writable reports a file opened for writing.
 func (f *File) Writable() bool { return f.write }
 
 // InTop reports that the file is the view's own copy: changes through the
 // File reach no other view.
-func (f *File) InTop() bool { return f.top }
+func (f *File) InTop() bool { return f.top.Load() }
 
-// Close closes the descriptor.
-func (f *File) Close() error { return unix.Close(f.fd) }
+// Close closes the descriptors.
+func (f *File) Close() error {
+	if fd := f.cur(); fd != f.first {
+		unix.Close(fd)
+	}
+	return unix.Close(f.first)
+}
+
+// Detach gives files, all open for reading on one file of a lower layer, a
+// copy of their own: an unnamed file (O_TMPFILE) in the view's top layer
+// with the file's data, mode, owner, times and xattrs, which they read and
+// change from then on. It is for a file whose name the view no longer
+// shows: a change through it must reach neither the lower layer nor any
+// name, while on a local filesystem the open file stays changeable. The
+// copy goes with the last of the files. Without O_TMPFILE on the top
+// layer's filesystem it fails with ESTALE, as the change did before.
+// Preconditions: the view is locked (View.Lock); nothing else reads or
+// changes the files' descriptors meanwhile but ReadAt, Stat and the like,
+// which read either file, of the same data.
+func (v *View) Detach(files []*File) error {
+	if len(files) == 0 {
+		return nil
+	}
+	if err := v.beginWrite(); err != nil {
+		return err
+	}
+	src := files[0].cur()
+	var st unix.Stat_t
+	if err := unix.Fstat(src, &st); err != nil {
+		return err
+	}
+	out, err := v.layers[0].open("", unix.O_TMPFILE|unix.O_RDWR, 0o600)
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) {
+		return unix.ESTALE
+	}
+	if err != nil {
+		return err
+	}
+	fds := []int{out}
+	if err = fillCopy(src, out, &st, true); err == nil {
+		for range files[1:] {
+			var fd int
+			if fd, err = unix.FcntlInt(uintptr(out), unix.F_DUPFD_CLOEXEC, 0); err != nil {
+				break
+			}
+			fds = append(fds, fd)
+		}
+	}
+	if err != nil {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return err
+	}
+	for i, f := range files {
+		f.fd.Store(int64(fds[i]))
+		f.top.Store(true)
+	}
+	return nil
+}
 
 // change checks that a change through f may be made.
 func (f *File) change() error {
 	if err := f.view.CheckWritable(); err != nil {
 		return err
 	}
-	if !f.top {
+	if !f.top.Load() {
 		return unix.EBADF // a lower layer's file, opened for reading
 	}
 	return nil
@@ -52,7 +119,7 @@ func (f *File) ReadAt(buf []byte, off int64) (int, error) {
 	if err := f.view.Check(); err != nil {
 		return 0, err
 	}
-	return unix.Pread(f.fd, buf, off)
+	return unix.Pread(f.cur(), buf, off)
 }
 
 // WriteAt is pwrite(2).
@@ -60,7 +127,7 @@ func (f *File) WriteAt(data []byte, off int64) (int, error) {
 	if err := f.view.CheckWritable(); err != nil {
 		return 0, err
 	}
-	return unix.Pwrite(f.fd, data, off)
+	return unix.Pwrite(f.cur(), data, off)
 }
 
 // Stat is fstat(2).
@@ -69,7 +136,7 @@ func (f *File) Stat() (unix.Stat_t, error) {
 	if err := f.view.Check(); err != nil {
 		return st, err
 	}
-	err := unix.Fstat(f.fd, &st)
+	err := unix.Fstat(f.cur(), &st)
 	return st, err
 }
 
@@ -79,9 +146,9 @@ func (f *File) Sync(dataOnly bool) error {
 		return err
 	}
 	if dataOnly {
-		return unix.Fdatasync(f.fd)
+		return unix.Fdatasync(f.cur())
 	}
-	return unix.Fsync(f.fd)
+	return unix.Fsync(f.cur())
 }
 
 // Allocate is fallocate(2).
@@ -89,7 +156,7 @@ func (f *File) Allocate(mode uint32, off, size int64) error {
 	if err := f.view.CheckWritable(); err != nil {
 		return err
 	}
-	return unix.Fallocate(f.fd, mode, off, size)
+	return unix.Fallocate(f.cur(), mode, off, size)
 }
 
 // Seek is lseek(2).
@@ -97,7 +164,7 @@ func (f *File) Seek(off int64, whence int) (int64, error) {
 	if err := f.view.Check(); err != nil {
 		return 0, err
 	}
-	return unix.Seek(f.fd, off, whence)
+	return unix.Seek(f.cur(), off, whence)
 }
 
 // Truncate is ftruncate(2); byName makes it truncate(2) of the open file,
@@ -108,9 +175,9 @@ func (f *File) Truncate(size int64, byName bool) error {
 		return err
 	}
 	if byName {
-		return unix.Truncate("/proc/self/fd/"+strconv.Itoa(f.fd), size)
+		return unix.Truncate("/proc/self/fd/"+strconv.Itoa(f.cur()), size)
 	}
-	return unix.Ftruncate(f.fd, size)
+	return unix.Ftruncate(f.cur(), size)
 }
 
 // Chmod is fchmod(2) of the permission bits.
@@ -118,7 +185,7 @@ func (f *File) Chmod(mode uint32) error {
 	if err := f.change(); err != nil {
 		return err
 	}
-	return unix.Fchmod(f.fd, mode&07777)
+	return unix.Fchmod(f.cur(), mode&07777)
 }
 
 // Chown is fchown(2).
@@ -126,7 +193,7 @@ func (f *File) Chown(uid, gid int) error {
 	if err := f.change(); err != nil {
 		return err
 	}
-	return unix.Fchown(f.fd, uid, gid)
+	return unix.Fchown(f.cur(), uid, gid)
 }
 
 // Utimens sets the times as utimensat(2) does.
@@ -134,7 +201,7 @@ func (f *File) Utimens(atime, mtime unix.Timespec) error {
 	if err := f.change(); err != nil {
 		return err
 	}
-	return unix.UtimesNanoAt(f.fd, "", []unix.Timespec{atime, mtime}, unix.AT_EMPTY_PATH)
+	return unix.UtimesNanoAt(f.cur(), "", []unix.Timespec{atime, mtime}, unix.AT_EMPTY_PATH)
 }
 
 // GetXattr is View.GetXattr for the open file.
@@ -145,7 +212,7 @@ func (f *File) GetXattr(name string, buf []byte) (int, error) {
 	if IsInternalXattr(name) {
 		return 0, unix.ENODATA
 	}
-	n, err := unix.Fgetxattr(f.fd, name, buf)
+	n, err := unix.Fgetxattr(f.cur(), name, buf)
 	return n, noACL(name, err)
 }
 
@@ -154,7 +221,7 @@ func (f *File) ListXattr() ([]string, error) {
 	if err := f.view.Check(); err != nil {
 		return nil, err
 	}
-	all, err := xattrNames(func(buf []byte) (int, error) { return unix.Flistxattr(f.fd, buf) })
+	all, err := xattrNames(func(buf []byte) (int, error) { return unix.Flistxattr(f.cur(), buf) })
 	return withoutInternal(all), err
 }
 
@@ -166,7 +233,7 @@ func (f *File) SetXattr(name string, val []byte, flags int) error {
 	if IsInternalXattr(name) {
 		return unix.EPERM
 	}
-	return unix.Fsetxattr(f.fd, name, val, flags)
+	return unix.Fsetxattr(f.cur(), name, val, flags)
 }
 
 // RemoveXattr is View.RemoveXattr for the open file.
@@ -177,5 +244,5 @@ func (f *File) RemoveXattr(name string) error {
 	if IsInternalXattr(name) {
 		return unix.EPERM
 	}
-	return unix.Fremovexattr(f.fd, name)
+	return unix.Fremovexattr(f.cur(), name)
 }

@@ -26,7 +26,7 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	}
 	rel, ok := n.rel()
 	if !ok {
-		return syscall.ESTALE
+		return n.withOrphan(resize, func(h *fileHandle) syscall.Errno { return n.setattrFd(ctx, h, in, out) })
 	}
 	v := n.view
 	before, err := v.Stat(rel)

@@ -55,6 +55,8 @@ func (n *Node) newHandle(f *branch.File, identical bool, size int64) (*fileHandl
 		n.tops = append([]*fileHandle{h}, n.tops...)
 	case f.InTop():
 		n.tops = append(n.tops, h)
+	default:
+		n.lowers = append(n.lowers, h)
 	}
 	switch {
 	case !identical:
@@ -136,6 +138,36 @@ func (n *Node) withTop(write bool, fn func(h *fileHandle) syscall.Errno) (syscal
 	return fn(n.tops[0]), true
 }
 
+// withOrphan runs fn as withTop does, for n whose name is gone from the
+// view: if n's only open handles read a lower layer's file, they first get
+// a copy of it in the view's top layer (branch.View.Detach), so that a
+// change through them reaches neither the lower layer nor a name, as a
+// change of an unlinked open file on a local filesystem reaches no name.
+// Without open handles it answers ESTALE.
+// Preconditions: the view is locked.
+func (n *Node) withOrphan(write bool, fn func(h *fileHandle) syscall.Errno) syscall.Errno {
+	if errno, ok := n.withTop(write, fn); ok {
+		return errno
+	}
+	n.openMu.Lock()
+	if len(n.tops) == 0 && len(n.lowers) > 0 {
+		files := make([]*branch.File, len(n.lowers))
+		for i, h := range n.lowers {
+			files[i] = h.f
+		}
+		if err := n.view.Detach(files); err != nil {
+			n.openMu.Unlock()
+			return toErrno(err)
+		}
+		n.tops, n.lowers = n.lowers, nil
+	}
+	n.openMu.Unlock()
+	if errno, ok := n.withTop(write, fn); ok {
+		return errno
+	}
+	return syscall.ESTALE
+}
+
 // forgetTops stops n's open handles from answering for n's name: a commit
 // has put another file there. They stay open on the file they had.
 func (n *Node) forgetTops() {
@@ -204,6 +236,7 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	n := h.node
 	n.openMu.Lock()
 	n.tops = slices.DeleteFunc(n.tops, func(t *fileHandle) bool { return t == h })
+	n.lowers = slices.DeleteFunc(n.lowers, func(t *fileHandle) bool { return t == h })
 	if h.pass {
 		n.openPass--
 		if h.f.Writable() {

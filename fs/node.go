@@ -40,6 +40,10 @@ type Node struct {
 	// local file system. Release removes its handle under openMu before
 	// closing it.
 	tops []*fileHandle
+	// lowers: the open handles for reading a file of a lower layer. Once
+	// n's name is gone, a change through them gets them a copy of their
+	// own (detachLowers), which makes them tops.
+	lowers []*fileHandle
 }
 
 // rel is the node's path within its view; false once the node has been

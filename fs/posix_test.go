@@ -471,3 +471,94 @@ func deepTree(t *testing.T, d string) {
 }
 
 func procFd(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// TestAttrsOfOrphanedLowerFile: a base file opened read-only in a branch,
+// whose name the branch then removes or gives to another file, takes
+// fchmod, fchown, futimens, fsetxattr and fremovexattr as on ext4, and
+// reads on; the change goes to a copy of the branch's own, never to the
+// base, also after the branch is committed.
+func TestAttrsOfOrphanedLowerFile(t *testing.T) {
+	for _, pass := range []string{"auto", "off"} {
+		t.Run(pass, func(t *testing.T) { attrsOfOrphanedLowerFile(t, pass) })
+	}
+}
+
+func attrsOfOrphanedLowerFile(t *testing.T, passthrough string) {
+	m := newMount(t, passthrough)
+	for _, name := range []string{"unlinked", "renamed-over"} {
+		p := filepath.Join(m.base, name)
+		writeFile(t, p, "base data")
+		must(t, unix.Setxattr(p, "user.k", []byte("v"), 0))
+		must(t, os.Chmod(p, 0o644))
+		must(t, os.Chtimes(p, time.Unix(5e8, 0), time.Unix(5e8, 0)))
+	}
+	// The base's inodes, held open: the commit removes their names.
+	var before [2]unix.Stat_t
+	var baseFds [2]int
+	for i, name := range []string{"unlinked", "renamed-over"} {
+		f, err := os.Open(filepath.Join(m.base, name))
+		must(t, err)
+		defer f.Close()
+		baseFds[i] = int(f.Fd())
+		must(t, unix.Fstat(baseFds[i], &before[i]))
+	}
+	b := m.create("orphan")
+	var files []*os.File
+	for _, name := range []string{"unlinked", "renamed-over"} {
+		f, err := os.Open(filepath.Join(b, name))
+		must(t, err)
+		defer f.Close()
+		files = append(files, f)
+	}
+	must(t, os.Remove(filepath.Join(b, "unlinked")))
+	writeFile(t, filepath.Join(b, "new"), "new")
+	must(t, os.Rename(filepath.Join(b, "new"), filepath.Join(b, "renamed-over")))
+	buf := make([]byte, 64)
+	for _, f := range files {
+		fd := int(f.Fd())
+		must(t, unix.Fchmod(fd, 0o600))
+		must(t, unix.Fchown(fd, 1000, 1000))
+		must(t, unix.UtimesNanoAt(fd, "", []unix.Timespec{{Sec: 1e9}, {Sec: 1e9}}, unix.AT_EMPTY_PATH))
+		must(t, unix.Fsetxattr(fd, "user.k2", []byte("w"), 0))
+		must(t, unix.Fremovexattr(fd, "user.k"))
+		n, err := unix.Flistxattr(fd, buf)
+		if err != nil || string(buf[:max(n, 0)]) != "user.k2\x00" {
+			t.Errorf("%s: flistxattr = %q, %v; want user.k2", f.Name(), buf[:max(n, 0)], err)
+		}
+		var st unix.Stat_t
+		must(t, unix.Fstat(fd, &st))
+		if st.Mode&0o7777 != 0o600 || st.Uid != 1000 || st.Gid != 1000 || st.Mtim.Sec != 1e9 || st.Size != 9 {
+			t.Errorf("%s: fstat: mode %o, owner %d:%d, mtime %d, size %d", f.Name(), st.Mode&0o7777, st.Uid, st.Gid, st.Mtim.Sec, st.Size)
+		}
+		n, err = unix.Pread(fd, buf, 0)
+		if err != nil || string(buf[:max(n, 0)]) != "base data" {
+			t.Errorf("%s: read after the change = %q, %v", f.Name(), buf[:max(n, 0)], err)
+		}
+	}
+	// The commit unlinks the base's names, which changes their ctime.
+	baseUnchanged := func(when string, ctime bool) {
+		t.Helper()
+		for i, name := range []string{"unlinked", "renamed-over"} {
+			var st unix.Stat_t
+			must(t, unix.Fstat(baseFds[i], &st))
+			if st.Mode != before[i].Mode || st.Uid != before[i].Uid || st.Gid != before[i].Gid ||
+				st.Mtim != before[i].Mtim || ctime && st.Ctim != before[i].Ctim {
+				t.Errorf("%s: base %s changed: mode %o owner %d:%d mtime %v", when, name, st.Mode, st.Uid, st.Gid, st.Mtim)
+			}
+			n, err := unix.Fgetxattr(baseFds[i], "user.k", buf)
+			if err != nil || string(buf[:n]) != "v" {
+				t.Errorf("%s: base %s user.k = %q, %v", when, name, buf[:max(n, 0)], err)
+			}
+			if _, err := unix.Fgetxattr(baseFds[i], "user.k2", buf); err != unix.ENODATA {
+				t.Errorf("%s: base %s has user.k2: %v", when, name, err)
+			}
+		}
+	}
+	baseUnchanged("before commit", true)
+	m.ok("commit", b)
+	baseUnchanged("after commit", false)
+	if got := readFile(t, filepath.Join(m.base, "renamed-over")); got != "new" {
+		t.Errorf("after commit, renamed-over = %q, want the branch's file", got)
+	}
+	wantMissing(t, filepath.Join(m.base, "unlinked"))
+}

@@ -98,7 +98,8 @@ func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 // changeAttr runs a change that may copy the node up, or changeOpen on an
 // open handle of the node's file in the top layer: fsetxattr and
 // fremovexattr reach the daemon without a handle, and act on the open file
-// also once its name is gone or another file's, as on a local filesystem.
+// also once its name is gone or another file's, as on a local filesystem
+// (withOrphan).
 func (n *Node) changeAttr(change func(rel string) error, changeOpen func(f *branch.File) error) syscall.Errno {
 	if err := n.view.Lock(); err != nil {
 		return toErrno(err)
@@ -109,7 +110,7 @@ func (n *Node) changeAttr(change func(rel string) error, changeOpen func(f *bran
 	}
 	rel, ok := n.rel()
 	if !ok {
-		return syscall.ESTALE
+		return n.withOrphan(false, func(h *fileHandle) syscall.Errno { return toErrno(changeOpen(h.f)) })
 	}
 	before, err := n.view.Stat(rel)
 	if err != nil {
