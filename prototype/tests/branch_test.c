@@ -1425,6 +1425,35 @@ static void test_limits(void)
 	pass(test);
 }
 
+/* The view a BR_FS child gets is locked: no unmount reveals the parent's. */
+static void test_view_locked(void)
+{
+	const char *test = "view_locked";
+	char names[1][BR_NAME_MAX];
+	int status;
+	pid_t pid;
+	long r = create(MNT, BR_FS, 1, &pid, names);
+
+	if (r > 0) {
+		if (umount2(MNT, MNT_DETACH) == 0)
+			_exit(1);
+		if (errno != EINVAL)
+			_exit(2);
+		_exit(write_file(MNT "/locked.txt", "x") ? 3 : 0);
+	}
+	if (r < 0) {
+		fail(test, "BR_CREATE: %s", strerror(errno));
+		return;
+	}
+	if (wait_deadline(pid, &status, 20) < 0 || !exited(status, 0))
+		fail(test, "child status %#x (1: the view came off, 2: another error, 3: no write)", status);
+	if (exists(MNT "/locked.txt"))
+		fail(test, "a child's write reached the base");
+	if (wait_views(MNT, 0))
+		fail(test, "%d branches left", count_views(MNT));
+	pass(test);
+}
+
 /* Mean cost of one branch with a child that exits at once, three ways. */
 static void bench(void)
 {
@@ -1534,6 +1563,7 @@ static void run_rebase(const char *arg) { (void)arg; test_fs_rebase(); }
 static void run_traced(const char *arg) { (void)arg; test_traced(); }
 static void run_pidfds(const char *arg) { (void)arg; test_pidfds_and_attr(); }
 static void run_limits(const char *arg) { (void)arg; test_limits(); }
+static void run_locked(const char *arg) { (void)arg; test_view_locked(); }
 
 static const struct test {
 	const char *name;
@@ -1565,6 +1595,7 @@ static const struct test {
 	{ "traced_fork_events", run_traced, NULL },
 	{ "pidfds_and_attr", run_pidfds, NULL },
 	{ "limits", run_limits, NULL },
+	{ "view_locked", run_locked, NULL },
 };
 
 #define N_TESTS (sizeof(tests) / sizeof(tests[0]))
