@@ -1,0 +1,157 @@
+#!/bin/busybox sh
+# Checkpoint/restore tests in the guest (qemu/init.sh runs this with the
+# branchfs mount /work over /data/base, store /data/store). Each test
+# prints "PASS criu_NAME[: detail]" or "FAIL criu_NAME: why" for run.sh.
+# BRANCHFS_CRIU points at a wrapper of criu that makes the restore of
+# the clone whose index is in /tmp/fail-index fail (a pid file it cannot
+# write), for the all-or-nothing test.
+MNT=/work
+STORE=/data/store
+PROG=/tests/criu-stateful
+mkdir -p /run && mount -t tmpfs run /run # CRIU caches its kernel probe in /run (per boot)
+ip link set lo up 2>/dev/null
+
+cat > /tmp/criu-wrap <<'W'
+#!/bin/sh
+if [ "$1" = restore ] && [ -f /tmp/fail-index ] && [ "$(cat /run/branchfs/clone/index 2>/dev/null)" = "$(cat /tmp/fail-index)" ]; then
+	exec criu "$@" --pidfile /nonexistent/pid
+fi
+exec criu "$@"
+W
+chmod +x /tmp/criu-wrap
+export BRANCHFS_CRIU=/tmp/criu-wrap
+
+pass() { echo "PASS $*"; }
+fail() { echo "FAIL $*"; }
+
+# wait_for FILE: until it exists (the subject writes it), at most ~120 s.
+wait_for() {
+	i=0
+	while [ ! -e "$1" ]; do
+		i=$((i + 1))
+		[ $i -gt 2400 ] && return 1
+		sleep 0.05
+	done
+}
+
+# start NAME MIB: runs the subject in a new branch NAME; waits until ready.
+start() {
+	branchfs create "$1" $MNT >/dev/null || return 1
+	branchfs run --branch "$1" $MNT -- $PROG $MNT "$2" </dev/null >/dev/null 2>&1 &
+	RUNPID=$!
+	wait_for $MNT/@"$1"/ready
+}
+
+if ! criu check >/tmp/criu-check 2>&1; then
+	fail "criu_available: $(grep Error /tmp/criu-check | tr "\n" " ")"
+	exit 0
+fi
+pass criu_available
+# CRIU keeps what it probed of the kernel in /run for the rest of the boot.
+if [ -f /run/criu.kdat ]; then pass "criu_kdat_cached: /run/criu.kdat"; else fail "criu_kdat_cached: no /run/criu.kdat"; fi
+
+# A checkpoint of the subject's run, its files frozen with it.
+if start ck 16 && out=$(branchfs checkpoint ck $MNT --run-id ck 2>&1) && [ -f $STORE/branches/ck/images/1/image.json ]; then
+	if echo x 2>/dev/null >$MNT/@ck/frozen; then
+		fail "criu_checkpoint: the checkpointed branch is still writable"
+	else
+		pass "criu_checkpoint: $out"
+	fi
+else
+	fail "criu_checkpoint: $out"
+fi
+
+# restore_keep N: N clones; each must have continued from the subject's
+# state and written only into its own branch. Prints the clones' ids.
+ids=""
+restore_keep() {
+	n=$1
+	if ! out=$(branchfs restore ck $MNT --clones $n --keep 2>&1); then
+		fail "criu_clones_$n: $out"
+		return
+	fi
+	branches=$(echo "$out" | sed -n 's/^restored clone [0-9]* in branch \([^ ]*\) .*/\1/p')
+	got=$(echo "$branches" | grep -c .)
+	bad=""
+	for b in $branches; do
+		r=$(cat $MNT/@$b/result 2>/dev/null)
+		case $r in
+		"clone "*" counter=kept alloc=ok child=ok") ;;
+		*) bad="$bad $b:[$r]" ;;
+		esac
+		grep -q "^$r\$" $MNT/@$b/state.log || bad="$bad $b:state.log"
+		ids="$ids $(echo "$r" | cut -d' ' -f2)"
+	done
+	[ -e $MNT/@ck/result ] && bad="$bad ck-has-a-result"
+	grep -q '^clone' $MNT/@ck/state.log && bad="$bad ck-state.log-written"
+	if [ "$got" = "$n" ] && [ -z "$bad" ]; then
+		pass "criu_clones_$n"
+	else
+		fail "criu_clones_$n: $got restored;$bad; $out"
+	fi
+	for b in $branches; do branchfs abort $MNT/@$b >/dev/null; done
+}
+restore_keep 1
+restore_keep 3
+restore_keep 8
+
+# Every clone saw its own id.
+total=$(echo $ids | wc -w)
+uniq=$(echo $ids | tr ' ' '\n' | grep -E '^[0-9a-f]{32}$' | sort -u | wc -l)
+if [ "$total" = 12 ] && [ "$uniq" = 12 ]; then
+	pass "criu_generation_ids: 12 clones, 12 distinct ids"
+else
+	fail "criu_generation_ids: $total ids, $uniq distinct and well formed: $ids"
+fi
+
+# A clone that fails to restore takes every other one down.
+echo 1 > /tmp/fail-index
+out=$(branchfs restore ck $MNT --clones 3 2>&1)
+rc=$?
+rm -f /tmp/fail-index
+left=$(branchfs list $MNT | grep -c 'ck-clone-')
+procs=$(ps | grep -c '[c]riu-stateful')
+if [ $rc != 0 ] && echo "$out" | grep -q 'clone 1 (ck-clone-' && [ "$left" = 0 ] && [ "$procs" = 0 ]; then
+	pass "criu_fail_all"
+else
+	fail "criu_fail_all: exit $rc, $left clone branches and $procs processes left: $out"
+fi
+
+# Clones race: the first to exit 0 commits into ck, the others abort.
+out=$(branchfs restore ck $MNT --clones 3 --json 2>&1)
+winner=$(echo "$out" | sed -n 's/.*"winner":"\([^"]*\)".*/\1/p')
+commits=$(echo "$out" | grep -o '"committed":true' | wc -l)
+if [ -n "$winner" ] && [ "$commits" = 1 ] && grep -q 'alloc=ok child=ok' $MNT/@ck/result 2>/dev/null &&
+	[ "$(branchfs list $MNT | grep -c 'ck-clone-')" = 0 ]; then
+	pass "criu_commit_race: $winner won"
+else
+	fail "criu_commit_race: $out"
+fi
+branchfs abort $MNT/@ck --recursive >/dev/null 2>&1
+
+# Incremental: after 1% of 256 MiB is written, only about that is dumped.
+if start inc 256 && full=$(branchfs checkpoint inc $MNT --run-id inc --leave-running --json 2>&1); then
+	pid=$(pidof criu-stateful | tr ' ' '\n' | sort -n | head -1)
+	kill -USR1 $pid
+	if wait_for /tmp/touched.$pid && inc=$(branchfs checkpoint inc $MNT --run-id inc --leave-running --incremental --json 2>&1); then
+		fp=$(echo "$full" | sed -n 's/.*"pages":\([0-9]*\).*/\1/p')
+		ip=$(echo "$inc" | sed -n 's/.*"pages":\([0-9]*\).*/\1/p')
+		tier=$(echo "$inc" | sed -n 's/.*"tier":"\([^"]*\)".*/\1/p')
+		# 1% of 65536 pages is 656; allow the stack, libc and the like.
+		if [ "$tier" = soft-dirty ] && [ "$ip" -ge 600 ] && [ "$ip" -le 1600 ] && [ "$fp" -ge 65536 ]; then
+			pass "criu_incremental: tier $tier, $ip of $fp pages"
+		else
+			fail "criu_incremental: tier $tier, $ip of $fp pages: $inc"
+		fi
+	else
+		fail "criu_incremental: $inc"
+	fi
+else
+	fail "criu_incremental: $full"
+fi
+kill $RUNPID 2>/dev/null; wait $RUNPID 2>/dev/null
+branchfs abort $MNT/@inc --recursive >/dev/null 2>&1
+if [ -x /tests/criu-bench.sh ]; then
+	/tests/criu-bench.sh
+fi
+echo "== criu tests done"
