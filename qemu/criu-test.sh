@@ -10,6 +10,8 @@ STORE=/data/store
 PROG=/tests/criu-stateful
 mkdir -p /run && mount -t tmpfs run /run # CRIU caches its kernel probe in /run (per boot)
 ip link set lo up 2>/dev/null
+mkdir -p /dev/pts && mount -t devpts -o ptmxmode=0666 devpts /dev/pts # criu check opens /dev/ptmx
+[ -e /dev/ptmx ] || ln -s pts/ptmx /dev/ptmx
 
 cat > /tmp/criu-wrap <<'W'
 #!/bin/sh
@@ -132,8 +134,9 @@ branchfs abort $MNT/@ck --recursive >/dev/null 2>&1
 # Incremental: after 1% of 256 MiB is written, only about that is dumped.
 if start inc 256 && full=$(branchfs checkpoint inc $MNT --run-id inc --leave-running --json 2>&1); then
 	pid=$(pidof criu-stateful | tr ' ' '\n' | sort -n | head -1)
+	rm -f /tmp/touched
 	kill -USR1 $pid
-	if wait_for /tmp/touched.$pid && inc=$(branchfs checkpoint inc $MNT --run-id inc --leave-running --incremental --json 2>&1); then
+	if wait_for /tmp/touched && inc=$(branchfs checkpoint inc $MNT --run-id inc --leave-running --incremental --json 2>&1); then
 		fp=$(echo "$full" | sed -n 's/.*"pages":\([0-9]*\).*/\1/p')
 		ip=$(echo "$inc" | sed -n 's/.*"pages":\([0-9]*\).*/\1/p')
 		tier=$(echo "$inc" | sed -n 's/.*"tier":"\([^"]*\)".*/\1/p')

@@ -98,7 +98,10 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta,
 	}
 	defer os.RemoveAll(staged) // gone once published
 	log := filepath.Join(staged, "dump.log")
-	args := []string{"dump", "-t", strconv.Itoa(meta.RootPID), "-D", staged, "-o", log, "-v4", "--shell-job"}
+	// Cgroups are not restored (each clone stays in its run's), so their
+	// properties are not dumped either.
+	args := []string{"dump", "-t", strconv.Itoa(meta.RootPID), "-D", staged, "-o", log, "-v4", "--shell-job",
+		"--manage-cgroups=ignore"}
 	if o.LeaveRunning {
 		args = append(args, "--leave-running")
 	}
