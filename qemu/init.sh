@@ -19,6 +19,10 @@ cd /
 /tests/branch_test
 echo "== go binding"
 BRANCHFS_GUEST_MNT=/work /tests/kernel.test -test.v -test.count=1
+if [ -x /tests/criu-test.sh ]; then
+	echo "== checkpoint and restore"
+	/tests/criu-test.sh
+fi
 if [ -x /tests/extra ]; then
 	echo "== extra program"
 	/tests/extra

@@ -20,6 +20,7 @@ cp /bin/busybox "$root/bin/busybox"
 (cd "$repo" && CGO_ENABLED=0 go test -c -o "$root/tests/kernel.test" ./kernel)
 gcc -static -O2 -pthread -Wall -Wno-format-truncation -I"$repo/prototype/include" -o "$root/tests/branch_test" "$repo/prototype/tests/branch_test.c"
 install -m 755 "$here/init.sh" "$root/init"
+"$here/criu.sh" "$root" # checkpoint tests: criu, its libraries, a subject
 # Another static program to run in the guest after ours, with /work and
 # /lim mounted as for our tests: BRANCHFS_QEMU_EXTRA=/path/to/program.
 if [ -n "${BRANCHFS_QEMU_EXTRA:-}" ]; then
@@ -60,12 +61,15 @@ cat "$work/console.log"
 want="available bad_input create_n1 create_n3 create_n8 create_n64 commit_race abort nesting
 isolate no_isolate_control close_fds no_close_fds_control grandchild_killed failed_fs_commit
 partial_failure signals_during_create names_copied_once confined_view caller_killed fence_more
-no_fence_more_control fs_rebase traced_fork_events pidfds_and_attr limits view_locked TestAvailable TestBranchFromGo"
+no_fence_more_control fs_rebase traced_fork_events pidfds_and_attr limits view_locked TestAvailable TestBranchFromGo
+criu_available criu_kdat_cached criu_checkpoint criu_clones_1 criu_clones_3 criu_clones_8 criu_generation_ids
+criu_fail_all criu_commit_race criu_incremental"
 results=$work/results
 awk '
 /^== go binding/ { sec = "go"; next }
 /^== extra program exited/ { sec = "done"; next }
 /^== extra program/ { sec = "extra"; next }
+/^== checkpoint and restore/ { sec = "criu"; next }
 /^== / { next }
 sec == "" && match($0, /^(not )?ok [0-9]+ [^ #]+/) {
 	split($0, f, " ")
@@ -75,13 +79,18 @@ sec == "go" && /^ *--- (PASS|FAIL|SKIP): / {
 	name = $3
 	print ($2 == "PASS:" ? "pass" : $2 == "SKIP:" ? "skip" : "fail"), "go/" name
 }
+sec == "criu" && /^(PASS|FAIL) criu_/ {
+	name = $2
+	sub(/:$/, "", name)
+	print ($1 == "PASS" ? "pass" : "fail"), "criu/" name
+}
 sec == "extra" && /^(PASS|FAIL)[ :]/ { n++; print ($1 ~ /^PASS/ ? "pass" : "fail"), "extra/" n }
 sec == "extra" && /^(not )?ok [0-9]+/ { n++; print ($1 == "ok" ? "pass" : "fail"), "extra/" n }
 ' "$work/console.log" > "$results"
 passed=$(grep -c '^pass ' "$results" || true)
 failed=$(grep -c '^fail ' "$results" || true)
 for t in $want; do
-	case $t in Test*) name=go/$t ;; *) name=$t ;; esac
+	case $t in Test*) name=go/$t ;; criu_*) name=criu/$t ;; *) name=$t ;; esac
 	if ! grep -qxE "(pass|fail|skip) $name" "$results"; then
 		echo "MISSING $t"
 		failed=$((failed + 1))
@@ -92,7 +101,7 @@ for t in $want; do
 done
 # The C tests announce their count first (TAP plan).
 plan=$(sed -n 's/^1\.\.\([0-9]*\)$/\1/p' "$work/console.log" | head -1)
-ran=$(awk '$2 !~ /^(go|extra)\// { n++ } END { print n + 0 }' "$results")
+ran=$(awk '$2 !~ /^(go|extra|criu)\// { n++ } END { print n + 0 }' "$results")
 if [ -z "$plan" ] || [ "$plan" != "$ran" ]; then
 	echo "qemu-test: the C tests planned ${plan:-no} tests and reported $ran"
 	failed=$((failed + 1))
