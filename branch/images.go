@@ -81,6 +81,9 @@ func PublishImage(store string, staged string, meta ImageMeta) (ImageMeta, error
 	}
 	meta.Bytes = 0
 	for _, e := range ents {
+		if e.Type()&os.ModeSymlink != 0 {
+			continue // the link to an incremental image's parent
+		}
 		if err := syncFile(filepath.Join(staged, e.Name())); err != nil {
 			return meta, err
 		}

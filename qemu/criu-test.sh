@@ -8,6 +8,8 @@
 MNT=/work
 STORE=/data/store
 PROG=/tests/criu-stateful
+# The incremental test's 256 MiB image must fit beside the 256 MiB subject.
+mount -o remount,size=80% /data
 mkdir -p /run && mount -t tmpfs run /run # CRIU caches its kernel probe in /run (per boot)
 ip link set lo up 2>/dev/null
 mkdir -p /dev/pts && mount -t devpts -o ptmxmode=0666 devpts /dev/pts # criu check opens /dev/ptmx
@@ -39,7 +41,9 @@ wait_for() {
 # start NAME MIB: runs the subject in a new branch NAME; waits until ready.
 start() {
 	branchfs create "$1" $MNT >/dev/null || return 1
-	branchfs run --branch "$1" $MNT -- $PROG $MNT "$2" </dev/null >/dev/null 2>&1 &
+	# Its stdio is opened inside the run's mount namespace, where CRIU
+	# finds the mounts of every file it has open.
+	branchfs run --branch "$1" $MNT -- sh -c "exec $PROG $MNT $2 </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
 	RUNPID=$!
 	wait_for $MNT/@"$1"/ready
 }

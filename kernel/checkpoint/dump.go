@@ -102,8 +102,13 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta,
 	// properties are not dumped either.
 	args := []string{"dump", "-t", strconv.Itoa(meta.RootPID), "-D", staged, "-o", log, "-v4", "--shell-job",
 		"--manage-cgroups=ignore"}
+	// Without --leave-running the tree is left stopped and killed here,
+	// once CRIU is done: CRIU killing it would end the run, and with its
+	// PID namespace CRIU itself, before it finished.
 	if o.LeaveRunning {
 		args = append(args, "--leave-running")
+	} else {
+		args = append(args, "--leave-stopped")
 	}
 	if meta.TrackMem {
 		args = append(args, "--track-mem")
@@ -119,7 +124,16 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta,
 		return fail(errors.New("checkpoint: nsenter (util-linux or busybox) is needed"))
 	}
 	cmd := exec.Command(nsenter, append([]string{"-t", strconv.Itoa(helper), "-m", "-p", "--", criu}, args...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	if !o.LeaveRunning {
+		syscall.Kill(root, syscall.SIGKILL) // the run ends with it
+	}
+	if err != nil {
+		// The staged image goes; its log stays beside the branch's images.
+		kept := filepath.Join(branch.BranchDataDir(store, name), "dump-failed.log")
+		if os.Rename(log, kept) == nil {
+			log = kept
+		}
 		why := logError(log)
 		if len(out) > 0 && strings.HasPrefix(why, "no log") {
 			why = firstError(out)
