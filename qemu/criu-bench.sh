@@ -11,7 +11,7 @@ json_field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" | head -1; }
 # Fresh start: from `branchfs run` to the subject's ready file.
 branchfs create bfresh $MNT >/dev/null
 t0=$(now)
-branchfs run --branch bfresh $MNT -- $PROG $MNT 64 </dev/null >/dev/null 2>&1 &
+branchfs run --branch bfresh $MNT -- sh -c "exec $PROG $MNT 16 </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
 rp=$!
 while [ ! -e $MNT/@bfresh/ready ]; do sleep 0.01; done
 fresh=$(ms_between $t0 $(now))
@@ -19,7 +19,7 @@ branchfs checkpoint bfresh $MNT --run-id bfresh >/dev/null
 wait $rp
 
 one=$(branchfs restore bfresh $MNT --clones 1 --keep --json | json_field restore_ms)
-echo "BENCH restore_1_vs_fresh_start $(echo "$one $fresh" | awk '{ printf "%.2f", $1 / $2 }') ($one ms vs $fresh ms, 64 MiB)"
+echo "BENCH restore_1_vs_fresh_start $(echo "$one $fresh" | awk '{ printf "%.2f", $1 / $2 }') ($one ms vs $fresh ms, 16 MiB)"
 branchfs list $MNT | grep -o 'bfresh-clone-[^ ]*' | while read -r b; do branchfs abort $MNT/@$b >/dev/null; done
 
 seq_ms=0
