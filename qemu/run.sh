@@ -114,7 +114,9 @@ if [ -n "$erc" ] && [ "$erc" != 0 ] && ! grep -q '^fail extra/' "$results"; then
 fi
 # Any report of the kernel's own checks fails the run, whatever the tests
 # said: the guest prints its kernel log before it powers off.
-bad='BUG:|WARNING:|Oops|general protection fault|Kernel panic|kernel BUG|KASAN|UBSAN|possible recursive locking|possible circular locking|inconsistent lock state|suspicious RCU usage|lockdep|INFO: task .* blocked|list_(add|del) corruption|Call Trace:'
+# Lockdep's reports start with "WARNING:" or name the problem; its boot
+# banner ("RCU lockdep checking is enabled") is no report.
+bad='BUG:|WARNING:|Oops|general protection fault|Kernel panic|kernel BUG|KASAN|UBSAN|possible recursive locking|possible circular locking|possible irq lock inversion|inconsistent lock state|suspicious RCU usage|bad unlock balance|DEBUG_LOCKS_WARN_ON|held lock freed|INFO: task .* blocked|list_(add|del) corruption|Call Trace:'
 if grep -qE "$bad" "$work/console.log"; then
 	echo "qemu-test: the kernel reported a problem:"
 	grep -nE "$bad" "$work/console.log" | head -20
