@@ -9,10 +9,12 @@ import (
 // Errors callers match with errors.Is. The FUSE glue answers each with its
 // errno from errnos, and the CLI turns the errno back into its message.
 var (
-	ErrStale       = errors.New("branch is stale: a sibling committed first")
-	ErrGone        = errors.New("branch no longer exists")
-	ErrFrozen      = errors.New("view has live child branches and is read-only")
-	ErrBusy        = errors.New("branch has live child branches")
+	ErrStale  = errors.New("branch is stale: a sibling committed first")
+	ErrGone   = errors.New("branch no longer exists")
+	ErrFrozen = errors.New("view has live child branches and is read-only")
+	// ErrBusy: the one message for EBUSY, which the daemon also answers
+	// while files of the branch are open for writing through passthrough.
+	ErrBusy        = errors.New("branch is busy: it has live child branches, or files open for writing through passthrough")
 	ErrExists      = errors.New("branch already exists")
 	ErrNotFound    = errors.New("no such branch")
 	ErrInvalidName = errors.New("invalid branch name")
