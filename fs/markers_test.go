@@ -27,18 +27,7 @@ func TestUnprivilegedTombstones(t *testing.T) {
 	sampleTree(t, base)
 	must(t, os.MkdirAll(filepath.Join(base, "tree", "deep"), 0o755))
 	writeFile(t, filepath.Join(base, "tree", "deep", "t"), "t\n")
-	must(t, filepath.Walk(home, func(p string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, userUID, userUID)
-	}))
-	t.Cleanup(func() {
-		if mountEntry(t, mnt) != "" {
-			tryInHome(home, binary, "unmount", mnt)
-			unix.Unmount(mnt, unix.MNT_DETACH)
-		}
-	})
+	giveHome(t, home, mnt)
 	inHome(t, home, binary, "mount", "--base", base, mnt)
 	inHome(t, home, binary, "create", "b", mnt)
 	b := filepath.Join(mnt, "@b")

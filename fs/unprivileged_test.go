@@ -71,18 +71,7 @@ func TestUnprivilegedMount(t *testing.T) {
 	base, mnt := filepath.Join(home, "base"), filepath.Join(home, "mnt")
 	must(t, os.MkdirAll(mnt, 0o755))
 	sampleTree(t, base)
-	must(t, filepath.Walk(home, func(p string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, userUID, userUID)
-	}))
-	t.Cleanup(func() {
-		if mountEntry(t, mnt) != "" {
-			tryInHome(home, binary, "unmount", mnt)
-			unix.Unmount(mnt, unix.MNT_DETACH)
-		}
-	})
+	giveHome(t, home, mnt)
 
 	inHome(t, home, binary, "mount", "--base", base, mnt)
 	entry := mountEntry(t, mnt)
@@ -152,4 +141,21 @@ func TestUnprivilegedMount(t *testing.T) {
 	if entry := mountEntry(t, mnt); entry != "" {
 		t.Errorf("still mounted after unmount: %q", entry)
 	}
+}
+
+// giveHome gives the ordinary user everything under home and unmounts mnt,
+// if a test left it mounted, when the test ends.
+func giveHome(t *testing.T, home, mnt string) {
+	must(t, filepath.Walk(home, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, userUID, userUID)
+	}))
+	t.Cleanup(func() {
+		if mountEntry(t, mnt) != "" {
+			tryInHome(home, binary, "unmount", mnt)
+			unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+	})
 }
