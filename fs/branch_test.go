@@ -1100,11 +1100,34 @@ func testAbortedAtOnce(t *testing.T, mode string) {
 		}
 		handles = append(handles, f)
 	}
+	// A directory held open, as a working directory would be, with its
+	// listing and a name below it cached.
+	wd, err := os.Open(filepath.Join(b, "dir"))
+	must(t, err)
+	defer wd.Close()
+	if _, err := wd.ReadDir(-1); err != nil {
+		t.Fatal(err)
+	}
+	readFile(t, filepath.Join(b, "dir", "a"))
 	must(t, ioctl(t, b, kernel.Abort))
 	for i, f := range handles {
 		readOpenedBefore(t, mode, f, []string{"base file\n", "mine\n"}[i])
 		if _, err := f.Stat(); !errors.Is(err, syscall.ESTALE) {
 			t.Errorf("fstat of %s opened before the abort: %v, want ESTALE", f.Name(), err)
 		}
+	}
+	if _, err := wd.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wd.ReadDir(-1); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("listing of a directory opened before the abort: %v, want ESTALE", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(wd.Fd()), &st); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("fstat of a directory opened before the abort: %v, want ESTALE", err)
+	}
+	if fd, err := unix.Openat(int(wd.Fd()), "a", unix.O_RDONLY, 0); !errors.Is(err, syscall.ESTALE) {
+		unix.Close(fd)
+		t.Errorf("open of a name below a directory opened before the abort: %v, want ESTALE", err)
 	}
 }

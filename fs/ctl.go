@@ -242,7 +242,7 @@ func (f *FS) abort(v *branch.View, recursive bool) error {
 	if err != nil {
 		return err
 	}
-	f.loop.ServeWhile(func() { f.viewsFailing(dropped) })
+	f.loop.ServeWhile(func() { f.viewsEnded(dropped) })
 	f.branchesChanged()
 	return nil
 }

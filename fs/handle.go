@@ -105,6 +105,13 @@ func (f *FS) passWriting(v *branch.View) bool {
 	return f.passWriters[v.Name()] > 0
 }
 
+// hasOpen reports that n has open handles.
+func (n *Node) hasOpen() bool {
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	return n.openDirect+n.openPass > 0
+}
+
 // passthroughUsed reports that a handle of n used passthrough.
 func (n *Node) passthroughUsed() bool {
 	n.openMu.Lock()

@@ -64,6 +64,8 @@ type Loop struct {
 	writeMu   sync.Mutex
 	writeFhs  map[uint64]uint64
 	writeNids map[uint64]int
+
+	expireOnly bool // the kernel can expire a name without dropping it (ExpireEntry)
 }
 
 // fastWait is how long the reader waits keeping its P before it waits the
@@ -110,6 +112,7 @@ func NewLoop(fd int, raw fuse.RawFileSystem, mo fuse.MountOptions) (*Loop, error
 	// The protocol server parses requests by the kernel's version and the
 	// flags negotiated at INIT: give it the same INIT the server answered.
 	init := srv.KernelSettings()
+	l.expireOnly = init.Flags64()&fuse.CAP_HAS_EXPIRE_ONLY != 0
 	b := l.getBuf()
 	if _, st := l.ps.HandleRequest([][]byte{unsafe.Slice((*byte)(unsafe.Pointer(init)), unsafe.Sizeof(*init))}, [][]byte{b.out}); !st.Ok() {
 		return nil, fmt.Errorf("init: %v", st)
