@@ -266,6 +266,25 @@ func TestControlFileByIdentity(t *testing.T) {
 	wantContent(t, fake, "not ours\n")
 }
 
+// TestMountPointCommands: run, the patterns and unmount, given a path
+// inside a mount that is not its mount point, say where the mount point is
+// and change nothing.
+func TestMountPointCommands(t *testing.T) {
+	m := newMount(t, "")
+	b := m.create("b")
+	for _, p := range []string{filepath.Join(m.mnt, "dir"), b} {
+		for _, args := range [][]string{{"run", p, "--", "true"}, {"speculate", "-c", "true", p}, {"unmount", p}} {
+			_, errOut, code := m.cli(args...)
+			if want := p + " is inside the branchfs mount at " + m.mnt; code != 1 || !strings.Contains(errOut, want) {
+				t.Errorf("%v: exit %d: %q, want %q", args, code, errOut, want)
+			}
+		}
+	}
+	if out := m.ok("list", m.mnt); strings.Count(out, "\n") != 3 {
+		t.Errorf("list after the refused commands:\n%s", out)
+	}
+}
+
 // TestDiffShowsDirectoryMeta: diff lists a directory whose mode, owner or
 // xattrs the commit changes, and not one that only gained an entry.
 func TestDiffShowsDirectoryMeta(t *testing.T) {

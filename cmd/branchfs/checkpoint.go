@@ -8,7 +8,6 @@ import (
 	"strconv"
 
 	"github.com/branchfs/branchfs/kernel/checkpoint"
-	"github.com/branchfs/branchfs/kernel/explore"
 	"github.com/spf13/cobra"
 )
 
@@ -44,11 +43,11 @@ everything otherwise; the output says which tier ran. Needs a CRIU that passes `
 			case runID != name:
 				return fmt.Errorf("checkpoint: the run %s is not in branch %s", runID, name)
 			}
-			if _, err := checkpoint.Available(); err != nil {
+			m, err := openMount(args[1])
+			if err != nil {
 				return fmt.Errorf("checkpoint: %w", err)
 			}
-			m, err := explore.Open(args[1])
-			if err != nil {
+			if _, err := checkpoint.Available(); err != nil {
 				return fmt.Errorf("checkpoint: %w", err)
 			}
 			meta, err := checkpoint.Checkpoint(m, name, o)

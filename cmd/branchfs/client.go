@@ -16,6 +16,7 @@ import (
 	"github.com/branchfs/branchfs/branch"
 	"github.com/branchfs/branchfs/fs"
 	"github.com/branchfs/branchfs/kernel"
+	"github.com/branchfs/branchfs/kernel/explore"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
@@ -55,6 +56,33 @@ func mountRoot(p string) (root, name string, err error) {
 		root = filepath.Dir(root)
 	}
 	return root, name, err
+}
+
+// mountPoint returns the mount point of the branchfs mount that holds p,
+// with the errors of the branch commands when p is outside any, and when
+// p is inside one but is not its mount point.
+func mountPoint(p string) (string, error) {
+	mnt, _, err := mountRoot(p)
+	if err != nil {
+		return "", err
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	if resolvePrefix(abs) != mnt {
+		return "", fmt.Errorf("%s is inside the branchfs mount at %s; give the mount point", p, mnt)
+	}
+	return mnt, nil
+}
+
+// openMount opens the mount whose mount point is dir, for run, the
+// patterns and checkpoints.
+func openMount(dir string) (*explore.Mount, error) {
+	if _, err := mountPoint(dir); err != nil {
+		return nil, err
+	}
+	return explore.Open(dir)
 }
 
 // resolvePrefix resolves the symbolic links of the longest prefix of abs

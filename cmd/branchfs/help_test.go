@@ -61,3 +61,24 @@ func TestMountNeedsBase(t *testing.T) {
 		t.Errorf("mount without --base: %v", err)
 	}
 }
+
+// Every command that takes a path says the same of one outside any
+// branchfs mount, and changes nothing.
+func TestOutsideAMount(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"create", "x", dir}, {"commit", dir}, {"abort", dir}, {"list", dir}, {"diff", dir}, {"unmount", dir},
+		{"run", dir, "--", "true"}, {"speculate", "-c", "true", dir}, {"best-of-n", "-c", "true", dir},
+		{"reflexion", dir, "--", "true"}, {"cascaded", dir, "--", "true"},
+		{"tournament", "--judge", "echo 0", "-c", "true", dir}, {"tree", "-c", "true", dir},
+		{"beam", "-c", "true", "--expand", "true", dir}, {"checkpoint", "x", dir, "1"},
+		{"restore", "x", dir},
+	} {
+		root := newRoot()
+		root.SetArgs(args)
+		err := root.Execute()
+		if want := dir + " is not inside a branchfs mount"; err == nil || !strings.HasSuffix(err.Error(), want) {
+			t.Errorf("branchfs %s: %v, want an error ending in %q", strings.Join(args, " "), err, want)
+		}
+	}
+}

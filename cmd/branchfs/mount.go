@@ -328,6 +328,9 @@ again shows them. --store finds the daemon of a mount that no longer answers.`,
 		Example: `  branchfs unmount /mnt/p`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := mountPoint(args[0]); err != nil {
+				return fmt.Errorf("unmount: %w", err)
+			}
 			mnt, err := filepath.Abs(args[0])
 			if err != nil {
 				return err

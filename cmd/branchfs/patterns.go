@@ -67,7 +67,7 @@ func (f *patternFlags) mount(name string, cmd *cobra.Command, args []string, wan
 	if f.timeout < 0 {
 		return nil, nil, fmt.Errorf("%s: --timeout must not be negative", name)
 	}
-	m, err := explore.Open(args[0])
+	m, err := openMount(args[0])
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}

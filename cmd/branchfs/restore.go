@@ -6,7 +6,6 @@ import (
 	"os"
 
 	"github.com/branchfs/branchfs/kernel/checkpoint"
-	"github.com/branchfs/branchfs/kernel/explore"
 	"github.com/spf13/cobra"
 )
 
@@ -27,11 +26,11 @@ commits into NAME and the others are killed and aborted (--keep leaves every clo
 			if clones < 1 {
 				return fmt.Errorf("restore: --clones must be at least 1")
 			}
-			if _, err := checkpoint.Available(); err != nil {
+			m, err := openMount(args[1])
+			if err != nil {
 				return fmt.Errorf("restore: %w", err)
 			}
-			m, err := explore.Open(args[1])
-			if err != nil {
+			if _, err := checkpoint.Available(); err != nil {
 				return fmt.Errorf("restore: %w", err)
 			}
 			ctx, stop := interruptible()

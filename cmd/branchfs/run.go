@@ -86,7 +86,7 @@ Output and exit status are CMD's (124 on --timeout, 128+N when signal N ended it
 			if timeout < 0 {
 				return fmt.Errorf("run: --timeout must not be negative")
 			}
-			m, err := explore.Open(args[0])
+			m, err := openMount(args[0])
 			if err != nil {
 				return fmt.Errorf("run: %w", err)
 			}
