@@ -7,9 +7,9 @@ import (
 )
 
 // The help reads like a manual page: every command says what it does at
-// length, the commands show examples, usage lines leave the
-// optional flags to the flag list, and the root tells the exit statuses,
-// shell completion and the version.
+// length, the commands show examples and their exit statuses, usage lines
+// leave the optional flags to the flag list, and the root tells the exit
+// statuses, shell completion and the version.
 func TestHelpIsAManual(t *testing.T) {
 	root := newRoot()
 	for _, want := range []string{"EXIT STATUS", "SHELL COMPLETION", "branchfs completion"} {
@@ -32,6 +32,9 @@ func TestHelpIsAManual(t *testing.T) {
 		}
 		if c.Example == "" {
 			t.Errorf("branchfs %s --help: no examples", c.Name())
+		}
+		if !strings.Contains(c.Long, "\nEXIT STATUS\n") {
+			t.Errorf("branchfs %s --help: no EXIT STATUS", c.Name())
 		}
 		if strings.Contains(c.Use, "[--") {
 			t.Errorf("branchfs %s: the usage line %q repeats optional flags", c.Name(), c.Use)

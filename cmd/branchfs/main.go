@@ -86,7 +86,39 @@ SHELL COMPLETION
 		c.GroupID = "runs"
 		root.AddCommand(c)
 	}
+	for _, c := range root.Commands() {
+		if status, ok := exitStatusHelp[c.Name()]; ok {
+			c.Long += "\n\nEXIT STATUS\n" + status
+		}
+	}
 	return root
+}
+
+// The EXIT STATUS section of each command's help, as main exits.
+const (
+	exitsPlain = `  0      Success.
+  1      An error, described in one line on standard error.`
+	exitsBranch = exitsPlain + `
+  3      The branch is stale (a sibling committed first) or no longer exists.`
+	exitsPattern = `  0      A candidate won (and was committed, unless --no-commit).
+  1      No candidate won, or an error, described in one line on standard error.
+  128+N  Signal N (SIGINT, SIGTERM, SIGHUP) interrupted it; every candidate was ended.`
+)
+
+var exitStatusHelp = map[string]string{
+	"mount": exitsPlain, "unmount": exitsPlain,
+	"create": exitsBranch, "commit": exitsBranch, "abort": exitsBranch, "list": exitsBranch, "diff": exitsBranch,
+	"checkpoint": exitsBranch,
+	"run": `  N      CMD's own exit status.
+  124    --timeout ended CMD.
+  127    CMD could not be started.
+  128+N  Signal N ended CMD, or interrupted branchfs run (SIGINT, SIGTERM, SIGHUP).
+  1, 3   branchfs itself failed, described in one line on standard error; 3: the branch is stale.`,
+	"restore": `  0      Every clone was restored and has ended; the output says which one committed, if any.
+  1      An error, described in one line on standard error; if a clone failed to restore, every clone was ended.
+  128+N  Signal N (SIGINT, SIGTERM, SIGHUP) interrupted it; every clone was ended.`,
+	"speculate": exitsPattern, "best-of-n": exitsPattern, "reflexion": exitsPattern, "cascaded": exitsPattern,
+	"tournament": exitsPattern, "tree": exitsPattern, "beam": exitsPattern,
 }
 
 // version is the release, set when linking (-ldflags "-X main.version=v1.0.0").

@@ -24,7 +24,7 @@ const candidatesHelp = `
 A candidate is a shell command line (-c, repeatable) or one of N copies of the command after "--"
 (-n N), told apart by $BRANCHFS_INDEX. Each runs as by branchfs run: in a branch of its own (a child of
 --parent, default main) in which MNT shows that branch, with every process it starts ending with it.
-The outcome is printed (--json: as JSON); the exit status is 0 when a candidate won, else 1.`
+The outcome is printed (--json: as JSON).`
 
 type patternFlags struct {
 	n       int
@@ -212,7 +212,7 @@ func reflexionCmd() *cobra.Command {
 		Short: "Retry CMD in a fresh branch until it succeeds, feeding each attempt the last one's output (BRANCHFS_FEEDBACK)",
 		Long: `Run CMD in a fresh branch; when it fails, abort the branch and run it again, up to --retries times,
 with $BRANCHFS_FEEDBACK holding the failed attempt's output (or what --critique printed in its branch).
-The first attempt that exits 0 is committed. The exit status is 0 when one did, else 1.`,
+The first attempt that exits 0 is committed.`,
 		Example: `  branchfs reflexion --retries 5 /mnt/p -- ./agent.sh
   branchfs reflexion --critique 'make test 2>&1 | tail -20' /mnt/p -- ./agent.sh`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -247,8 +247,7 @@ func cascadedCmd() *cobra.Command {
 		Short: "Run waves of CMD, wider each time, each fed the failures so far; the first success commits",
 		Long: `Run CMD in waves of branches, each wave as wide as the next --fan-out number, with
 $BRANCHFS_FEEDBACK holding the output of the failures so far. The first candidate to exit 0 is
-committed and the others of its wave are killed and aborted. The exit status is 0 when one succeeded,
-else 1.`,
+committed and the others of its wave are killed and aborted.`,
 		Example: `  branchfs cascaded --fan-out 1,2,4 --wave-timeout 5m /mnt/p -- ./agent.sh`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, rest, err := f.mount("cascaded", cmd, args, true)

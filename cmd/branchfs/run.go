@@ -59,7 +59,7 @@ func runCmd() *cobra.Command {
 the branch, with its working directory moved into the branch when it was inside MNT. Every process it
 starts ends with it. When CMD exits 0 the branch is committed (--on-success keep leaves it); otherwise
 a branch the run made is aborted (--on-failure keep leaves it; a --branch is kept unless told).
-Output and exit status are CMD's (124 on --timeout, 128+N when signal N ended it).`,
+Its output and exit status are CMD's.`,
 		Example: `  branchfs run /mnt/p -- make test
   branchfs run --on-success keep --timeout 10m /mnt/p -- ./agent.sh
   branchfs run --branch try1 --bind "$HOME/project" /mnt/p -- make`,
