@@ -50,7 +50,8 @@ A branch starts as its parent shows now and keeps its own writes: they reach nei
 other branch until the branch is committed, which applies them to its parent all at once (all or
 nothing, also if the daemon is killed). Of two sibling branches, the first to commit wins; the other
 becomes stale. Branches are made, committed and aborted by the commands below, by the user who
-mounted, root and the members of mount --control-group, or through the ioctls on MNT/.branchfs_ctl.
+mounted, root and the members of mount --control-group, or through the FS_IOC_BRANCH_* ioctls on any
+file of a view, or text commands written to a view's .branchfs_ctl.
 The run and pattern commands run processes in branches and commit or abort them by their outcome.
 
 EXIT STATUS
