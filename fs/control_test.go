@@ -484,7 +484,7 @@ func TestListCountsAndMessages(t *testing.T) {
 	if _, ok := list[0]["created"]; ok {
 		t.Errorf("main has a creation time: %v", list[0])
 	}
-	if out := m.ok("list", m.mnt); !strings.Contains(out, "1 files, 8 bytes") {
+	if out := m.ok("list", m.mnt); !strings.Contains(out, "1 file, 8 bytes") {
 		t.Errorf("list:\n%s", out)
 	}
 

@@ -377,7 +377,8 @@ func listCmd() *cobra.Command {
 				if parent == "" {
 					parent = "-"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d files, %d bytes\n", b.Name, parent, b.State, b.Epoch, b.DeltaFiles, b.DeltaBytes)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s, %s\n", b.Name, parent, b.State, b.Epoch,
+					count(b.DeltaFiles, "file"), count(b.DeltaBytes, "byte"))
 			}
 			return w.Flush()
 		},
@@ -385,6 +386,14 @@ func listCmd() *cobra.Command {
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	c.Flags().BoolVar(&all, "all", false, "also list the latest committed and aborted branches (up to 32, since the mount)")
 	return c
+}
+
+// count is "1 file", "2 files": n and the noun, plural unless n is 1.
+func count[N int | int64](n N, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func diffCmd() *cobra.Command {
