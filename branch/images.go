@@ -198,3 +198,37 @@ func flockPath(path string) (func(), error) {
 	}
 	return func() { f.Close() }, nil
 }
+
+// AddImageFile adds a file to a published image once: the first caller
+// writes it (to a temporary name, flushed, then linked in: whole or not
+// at all after a crash) and gets true; later callers, or racing ones,
+// leave the first one's and get false. A checkpoint's working set
+// (kernel/checkpoint) is written this way by the first lazy restore.
+func AddImageFile(imageDir, name string, data []byte) (bool, error) {
+	final := filepath.Join(imageDir, name)
+	if _, err := os.Lstat(final); err == nil {
+		return false, nil
+	}
+	f, err := os.CreateTemp(imageDir, "."+name+"-")
+	if err != nil {
+		return false, err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := os.Link(f.Name(), final); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, syncFile(imageDir)
+}
