@@ -158,6 +158,37 @@ else
 fi
 kill $RUNPID 2>/dev/null; wait $RUNPID 2>/dev/null
 branchfs abort $MNT/@inc --recursive >/dev/null 2>&1
+
+# Lazy restore: the clone runs before its memory is in, our page server
+# sends the pages it faults in and records them (the working set) with
+# the image; a second lazy restore copies that set in first.
+lazy_ok() { # OUT: one clone restored, continued from its state
+	b=$(echo "$1" | sed -n 's/^restored clone 0 in branch \([^ ]*\) .*/\1/p')
+	[ -n "$b" ] && grep -q "^clone [0-9a-f]* counter=kept alloc=ok child=ok\$" $MNT/@$b/result 2>/dev/null
+}
+ws=$STORE/branches/lz/images/1/workingset
+if start lz 32 && branchfs checkpoint lz $MNT --run-id lz >/dev/null 2>&1 &&
+	out=$(branchfs restore lz $MNT --clones 1 --keep --lazy 2>&1) && lazy_ok "$out"; then
+	if [ -s $ws ] && echo "$out" | grep -q 'recorded the working set'; then
+		pass "criu_lazy_restore: $(wc -l <$ws) pages in the working set"
+	else
+		fail "criu_lazy_restore: no working set recorded: $out"
+	fi
+	before=$(cat $ws)
+	if out=$(branchfs restore lz $MNT --clones 2 --keep --lazy 2>&1) && lazy_ok "$out" &&
+		n=$(echo "$out" | sed -n "s|^lazy restore: prefetched \([0-9]*\) pages of the working set $ws\$|\1|p") &&
+		[ -n "$n" ] && [ "$n" -gt 0 ] && [ "$(cat $ws)" = "$before" ]; then
+		pass "criu_lazy_prefetch: $n pages prefetched"
+	else
+		fail "criu_lazy_prefetch: $out"
+	fi
+else
+	fail "criu_lazy_restore: $out"
+	fail "criu_lazy_prefetch: no first lazy restore"
+fi
+kill $RUNPID 2>/dev/null; wait $RUNPID 2>/dev/null
+branchfs list $MNT | grep -o 'lz-clone-[^ ]*' | while read -r b; do branchfs abort $MNT/@$b >/dev/null; done
+branchfs abort $MNT/@lz --recursive >/dev/null 2>&1
 if [ -x /tests/criu-bench.sh ]; then
 	/tests/criu-bench.sh
 fi

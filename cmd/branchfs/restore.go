@@ -11,7 +11,7 @@ import (
 
 func restoreCmd() *cobra.Command {
 	var clones int
-	var keep, asJSON bool
+	var keep, lazy, asJSON bool
 	c := &cobra.Command{
 		Use:   "restore NAME MNT --clones N",
 		Short: "Restore the latest checkpoint of branch NAME as N clones, each in a child branch",
@@ -19,7 +19,10 @@ func restoreCmd() *cobra.Command {
 namespace, in which MNT shows the clone's branch, its own PID namespace and cgroup. All or none: if one
 clone fails to restore, every clone is ended and its branch aborted, and the error names it. Each clone
 reads its generation id in ` + checkpoint.CloneDir + `/id. branchfs restore then waits: the first clone to exit 0
-commits into NAME and the others are killed and aborted (--keep leaves every clone's branch).`,
+commits into NAME and the others are killed and aborted (--keep leaves every clone's branch).
+--lazy restores memory on demand (CRIU's lazy pages, served by branchfs): the first lazy restore of a
+checkpoint records the pages its clones fault in (the working set, kept with the checkpoint), and later
+ones copy that set in before the clones run.`,
 		Example: `  branchfs restore job /mnt/p --clones 4`,
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -34,7 +37,7 @@ commits into NAME and the others are killed and aborted (--keep leaves every clo
 				return fmt.Errorf("restore: %w", err)
 			}
 			ctx, stop := interruptible()
-			o := checkpoint.RestoreOptions{Clones: clones, Keep: keep, Restored: func(cs []*checkpoint.Clone) {
+			o := checkpoint.RestoreOptions{Clones: clones, Keep: keep, Lazy: lazy, Restored: func(cs []*checkpoint.Clone) {
 				if !asJSON {
 					for _, c := range cs {
 						fmt.Printf("restored clone %d in branch %s (pid %d, id %s, %.1f ms)\n", c.Index, c.Branch, c.PID, c.ID, c.RestoreMS)
@@ -50,6 +53,12 @@ commits into NAME and the others are killed and aborted (--keep leaves every clo
 				return fmt.Errorf("restore %s: %w", args[0], err)
 			}
 			if !asJSON {
+				switch {
+				case out.WorkingSet != "":
+					fmt.Printf("lazy restore: prefetched %d pages of the working set %s\n", out.Prefetched, out.WorkingSet)
+				case out.Recording:
+					fmt.Printf("lazy restore: recorded the working set (if the clones faulted any page in)\n")
+				}
 				for _, c := range out.Clones {
 					state := "kept"
 					switch {
@@ -68,6 +77,7 @@ commits into NAME and the others are killed and aborted (--keep leaves every clo
 		},
 	}
 	c.Flags().IntVar(&clones, "clones", 1, "how many clones to restore")
+	c.Flags().BoolVar(&lazy, "lazy", false, "restore memory on demand, prefetching the recorded working set")
 	c.Flags().BoolVar(&keep, "keep", false, "leave every clone's branch when the clones end")
 	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON record of the restore")
 	return c

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/branchfs/branchfs/branch"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,6 +38,12 @@ type cloneConfig struct {
 	ID      string `json:"id"`
 	Index   int    `json:"index"`
 	Branch  string `json:"branch"`
+	// Lazy restores with CRIU's lazy pages and our page server; Pages
+	// is where the page server reads (Images may be a prefetch view of
+	// it), and Record asks it to save the working set there.
+	Lazy   bool   `json:"lazy,omitempty"`
+	Pages  string `json:"pages,omitempty"`
+	Record bool   `json:"record,omitempty"`
 }
 
 // The starter's report on its stdout, one line: "ok PID" once the tree is
@@ -72,10 +79,20 @@ func cloneMain(raw string) {
 		fail("%v", err)
 	}
 	// The work directory (-W) takes CRIU's stats file, which must not
-	// land in the images every clone shares.
-	cmd := exec.Command(cfg.CRIU, "restore", "-D", cfg.Images, "-W", filepath.Dir(cfg.Log), "-o", cfg.Log, "-v4",
+	// land in the images every clone shares, and the lazy-pages socket.
+	work := filepath.Dir(cfg.Log)
+	args := []string{"restore", "-D", cfg.Images, "-W", work, "-o", cfg.Log, "-v4",
 		"--shell-job", "--restore-detached", "--restore-sibling", "--pidfile", cfg.PIDFile,
-		"--manage-cgroups=ignore")
+		"--manage-cgroups=ignore"}
+	var served chan error
+	if cfg.Lazy {
+		var err error
+		if served, err = startLazyPages(cfg, work); err != nil {
+			fail("%v", err)
+		}
+		args = append(args, "--lazy-pages")
+	}
+	cmd := exec.Command(cfg.CRIU, args...)
 	if err := cmd.Run(); err != nil {
 		fail("criu restore: %s", logError(cfg.Log))
 	}
@@ -105,8 +122,67 @@ func cloneMain(raw string) {
 		}
 		break
 	}
+	if served != nil {
+		// The daemon ends once the tree is gone; the page server then
+		// has the whole working set to save.
+		<-served
+	}
 	if ws.Signaled() {
 		os.Exit(128 + int(ws.Signal()))
 	}
 	os.Exit(ws.ExitStatus())
+}
+
+// startLazyPages starts CRIU's lazy-pages daemon in work (where the
+// restorer finds its socket) with our page server on the other end of a
+// socket pair, and returns once the daemon listens. The channel gets the
+// page server's end: after the daemon closed the session, the working
+// set is saved (cfg.Record) in the image.
+func startLazyPages(cfg cloneConfig, work string) (chan error, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "page-server"), os.NewFile(uintptr(fds[1]), "lazy-pages")
+	status, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	log := filepath.Join(work, "lazy-pages.log")
+	// ExtraFiles are fds 3 and 4 of the daemon.
+	lazy := exec.Command(cfg.CRIU, "lazy-pages", "-D", cfg.Images, "-W", work, "-o", log, "-v4",
+		"--page-server", "--ps-socket", "3", "--status-fd", "4")
+	lazy.ExtraFiles = []*os.File{theirs, statusW}
+	err = lazy.Start()
+	theirs.Close()
+	statusW.Close()
+	if err != nil {
+		return nil, fmt.Errorf("criu lazy-pages: %v", err)
+	}
+	b := make([]byte, 1)
+	_, err = status.Read(b)
+	status.Close()
+	if err != nil {
+		lazy.Process.Kill()
+		lazy.Wait()
+		return nil, fmt.Errorf("criu lazy-pages: %s", logError(log))
+	}
+	done := make(chan error, 1)
+	go func() {
+		ws, pages, err := servePages(ours, cfg.Pages)
+		ours.Close()
+		lazy.Wait()
+		if err == nil && cfg.Record && len(ws) > 0 {
+			_, err = branch.AddImageFile(cfg.Pages, WorkingSetName, formatWorkingSet(ws))
+		}
+		if err != nil {
+			// Where a lazy clone's trouble is told: beside its logs.
+			os.WriteFile(filepath.Join(work, "page-server.log"), []byte(err.Error()+"\n"), 0o600)
+		} else {
+			os.WriteFile(filepath.Join(work, "page-server.log"),
+				[]byte(fmt.Sprintf("served %d pages, %d of them faulted in\n", pages, len(ws))), 0o600)
+		}
+		done <- err
+	}()
+	return done, nil
 }

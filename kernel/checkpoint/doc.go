@@ -38,6 +38,16 @@
 // commits into NAME, the others are killed and aborted (Keep leaves every
 // branch).
 //
+// A lazy restore (RestoreOptions.Lazy) runs `criu restore --lazy-pages`
+// with CRIU's lazy-pages daemon beside it, fed by our page server
+// (pageserver.go: CRIU's page-server protocol over a socket pair, pages
+// read from the image files, pagemap.go). The page server records the
+// pages the clone faults in; the first lazy restore of an image saves
+// them in it (WorkingSetName, through branch.AddImageFile), and later
+// ones restore from a view of the image in which those pages are not
+// lazy, so that CRIU copies them in before the tree runs (σCRIU's
+// working-set prefetch).
+//
 // A clone learns that it is one from the files in /run/branchfs/clone
 // (CloneDir), a read-only tmpfs mounted in its mount namespace alone and
 // readable by anyone: id (32 hex digits, random, different in every

@@ -26,6 +26,12 @@ type RestoreOptions struct {
 	// first clone to exit 0 commits and the others are killed and
 	// aborted, as speculate's candidates are.
 	Keep bool
+	// Lazy restores with CRIU's lazy pages: the tree runs before its
+	// memory is all in, and our page server sends the rest as it faults
+	// or in the background. The first lazy restore of an image records
+	// the pages the clones fault in (its working set); later ones copy
+	// that set in before the tree runs (prefetch).
+	Lazy bool
 	// Restored, when set, is called once every clone is restored, before
 	// any has been waited for.
 	Restored func([]*Clone)
@@ -49,11 +55,18 @@ type Clone struct {
 
 // Outcome is how a restore went.
 type Outcome struct {
-	Branch    string   `json:"branch"`
-	Image     int      `json:"image"`
-	Winner    string   `json:"winner,omitempty"`
-	RestoreMS float64  `json:"restore_ms"` // until every clone was restored
-	Clones    []*Clone `json:"clones"`
+	Branch    string  `json:"branch"`
+	Image     int     `json:"image"`
+	Winner    string  `json:"winner,omitempty"`
+	RestoreMS float64 `json:"restore_ms"` // until every clone was restored
+	Lazy      bool    `json:"lazy,omitempty"`
+	// WorkingSet is the working set a lazy restore prefetched (a file in
+	// the image), Prefetched how many pages that made eager; Recording
+	// says the clones record the working set instead.
+	WorkingSet string   `json:"working_set,omitempty"`
+	Prefetched int64    `json:"prefetched_pages,omitempty"`
+	Recording  bool     `json:"recording,omitempty"`
+	Clones     []*Clone `json:"clones"`
 }
 
 // Restore restores the latest checkpoint of branch name as o.Clones
@@ -81,8 +94,28 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 	if err != nil {
 		return nil, err
 	}
-	out := &Outcome{Branch: name, Image: meta.Gen}
+	out := &Outcome{Branch: name, Image: meta.Gen, Lazy: o.Lazy}
 	start := time.Now()
+	images := dir
+	if o.Lazy {
+		ws, err := readWorkingSet(dir)
+		if err != nil {
+			return nil, err
+		}
+		if len(ws) == 0 {
+			out.Recording = true
+		} else {
+			staged, err := branch.StageImage(store, name)
+			if err != nil {
+				return nil, err
+			}
+			defer os.RemoveAll(staged)
+			if out.Prefetched, err = prefetchImages(dir, staged, ws); err != nil {
+				return nil, fmt.Errorf("prefetching the working set of checkpoint %d: %w", meta.Gen, err)
+			}
+			images, out.WorkingSet = staged, filepath.Join(dir, WorkingSetName)
+		}
+	}
 	type report struct {
 		i   int
 		pid int
@@ -117,8 +150,9 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 		if err := os.MkdirAll(data, 0o700); err != nil {
 			return undo(fmt.Errorf("clone %d (%s): %w", i, c.Branch, err))
 		}
-		cfg, _ := json.Marshal(cloneConfig{CRIU: criu, Images: dir, Log: filepath.Join(data, "restore.log"),
-			PIDFile: filepath.Join(data, "restore.pid"), ID: c.ID, Index: i, Branch: c.Branch})
+		cfg, _ := json.Marshal(cloneConfig{CRIU: criu, Images: images, Log: filepath.Join(data, "restore.log"),
+			PIDFile: filepath.Join(data, "restore.pid"), ID: c.ID, Index: i, Branch: c.Branch,
+			Lazy: o.Lazy, Pages: dir, Record: out.Recording})
 		r, w, err := os.Pipe()
 		if err != nil {
 			return undo(err)
