@@ -44,7 +44,8 @@ phase() {
 		$NF ~ /^(futex|nanosleep|openat2|openat|newfstatat|fstat|statx|close|read|write|writev|fgetxattr|getxattr|lgetxattr)$/ {
 			calls[$NF] = $4; if ($5 ~ /^[0-9]+$/) { errs[$NF] = $5 } }
 		END {
-			printf "%-8s %6.1f syscalls/file (%d total):", name, total / n, total
+			rt = calls["futex"] + calls["nanosleep"]
+			printf "%-8s %6.1f syscalls/file, %.1f without futex and nanosleep (the runtime'"'"'s handoffs, which vary) (%d total):", name, total / n, (total - rt) / n, total
 			for (s in calls) printf " %s %d%s", s, calls[s], (s in errs) ? "(" errs[s] " err)" : ""
 			printf "\n"
 		}' "$out"

@@ -2,6 +2,7 @@ package branch
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -124,5 +125,88 @@ func TestFileHidesInternalXattrs(t *testing.T) {
 		if !errors.Is(err, unix.EPERM) {
 			t.Errorf("change of an internal xattr: %v, want EPERM", err)
 		}
+	}
+}
+
+// TestCreateInOwnDirectory checks a create in a directory that only the
+// view's top layer shows, which skips the lookup through the layers: the
+// owner it is made for, a set-group-ID directory's group, an existing name
+// with and without O_EXCL, a directory made again where one was removed,
+// and the main view, which has one layer.
+func TestCreateInOwnDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to create files for another owner")
+	}
+	s, _ := newStore(t)
+	v, err := s.Create("b", MainName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := Owner{Uid: 65534, Gid: 65534}
+	if _, err := v.Mkdir("new", 0o755, me); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Mkdir("sgid", 0o2775, Owner{Uid: 0, Gid: 100}); err != nil {
+		t.Fatal(err)
+	}
+	create := func(v *View, rel string, flags int, o Owner) (*Entry, error) {
+		t.Helper()
+		f, e, err := v.Create(rel, flags, 0o640, o)
+		if err == nil {
+			f.WriteAt([]byte(rel), 0)
+			f.Close()
+		}
+		return e, err
+	}
+	for _, c := range []struct {
+		rel       string
+		uid, gid  uint32
+		otherView bool
+	}{
+		{rel: "new/f", uid: 65534, gid: 65534},
+		{rel: "sgid/f", uid: 65534, gid: 100},
+		{rel: "new2", uid: 65534, gid: 65534, otherView: true},
+	} {
+		w := v
+		if c.otherView { // a main view with no branches, which may be written
+			s2, _ := newStore(t)
+			w = s2.Main()
+		}
+		e, err := create(w, c.rel, unix.O_WRONLY|unix.O_EXCL, nobody)
+		if err != nil {
+			t.Fatalf("%s: %v", c.rel, err)
+		}
+		if e.Stat.Uid != c.uid || e.Stat.Gid != c.gid || e.Stat.Mode != unix.S_IFREG|0o640 {
+			t.Errorf("%s: made %d:%d mode %o, want %d:%d mode 100640", c.rel, e.Stat.Uid, e.Stat.Gid, e.Stat.Mode, c.uid, c.gid)
+		}
+		if _, err := create(w, c.rel, unix.O_WRONLY|unix.O_EXCL, nobody); !errors.Is(err, unix.EEXIST) {
+			t.Errorf("%s again with O_EXCL: %v, want EEXIST", c.rel, err)
+		}
+		f, _, err := w.Create(c.rel, unix.O_RDONLY, 0o600, me)
+		if err != nil {
+			t.Fatalf("%s again without O_EXCL: %v", c.rel, err)
+		}
+		buf := make([]byte, 64)
+		n, _ := f.ReadAt(buf, 0)
+		f.Close()
+		if string(buf[:n]) != c.rel {
+			t.Errorf("%s again without O_EXCL reads %q, want the file made first", c.rel, buf[:n])
+		}
+	}
+	// d is the base's; removed and made again, it shows nothing below.
+	if err := v.Unlink("d/x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Rmdir("d"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Mkdir("d", 0o755, me); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create(v, "d/x", unix.O_WRONLY|unix.O_EXCL, me); err != nil {
+		t.Fatalf("d/x in d made again: %v", err)
+	}
+	if got := readView(t, v, "d/x"); got != "d/x" {
+		t.Errorf("d/x reads %q", got)
 	}
 }

@@ -182,6 +182,9 @@ func ownStat(pfd int, name string, st *unix.Stat_t, o Owner, mode uint32) (chang
 
 // Create makes and opens a regular file.
 func (v *View) Create(rel string, flags int, mode uint32, o Owner) (*File, *Entry, error) {
+	if f, e, ok := v.createInTop(rel, flags, mode, o); ok {
+		return f, e, nil
+	}
 	pfd, name, hidden, err := v.prepareNew(rel)
 	if errors.Is(err, unix.EEXIST) && flags&unix.O_EXCL == 0 {
 		return v.Open(rel, flags)
@@ -217,6 +220,48 @@ func (v *View) Create(rel string, flags int, mode uint32, o Owner) (*File, *Entr
 		return nil, nil, err
 	}
 	return v.newFile(fd, flags, e), e, nil
+}
+
+// createInTop is Create for a name whose directory only the top layer
+// shows (one the view made, or any in a view of one layer): no layer below
+// can show the name, so the exclusive create is its lookup too. That takes
+// an openat2 and an fstat, against a lookup, an open of the directory, the
+// create and a close. ok false: the name exists (perhaps as a tombstone),
+// the directory is not the top layer's alone or something failed, and
+// Create takes the general way, which finds out which.
+func (v *View) createInTop(rel string, flags int, mode uint32, o Owner) (f *File, e *Entry, ok bool) {
+	if rel == "" || isStageName(rel) || v.beginWrite() != nil {
+		return nil, nil, false
+	}
+	dir, name := path.Split(rel)
+	if dl, err := v.dirLayers(trimSlash(dir)); err != nil || len(dl) != 1 || dl[0] != 0 {
+		return nil, nil, false
+	}
+	top := v.layers[0]
+	fd, err := top.open(rel, flags&openFlags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, mode&07777) // openat2 refuses S_IFREG
+	if err != nil {
+		return nil, nil, false
+	}
+	e = &Entry{Layer: 0}
+	err = unix.Fstat(fd, &e.Stat)
+	if err == nil && (e.Stat.Uid != o.Uid || e.Stat.Gid != o.Gid) {
+		var pfd int
+		if pfd, _, err = top.parent(rel); err == nil {
+			var changed bool
+			if changed, err = ownStat(pfd, name, &e.Stat, o, mode); changed && err == nil {
+				err = unix.Fstat(fd, &e.Stat)
+			}
+			if err != nil {
+				unix.Unlinkat(pfd, name, 0)
+			}
+			unix.Close(pfd)
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, nil, false
+	}
+	return v.newFile(fd, flags, e), e, true
 }
 
 // Mkdir makes a directory. One made where a deleted one stood is opaque.
