@@ -130,6 +130,25 @@ func (f *File) WriteAt(data []byte, off int64) (int, error) {
 	return unix.Pwrite(f.cur(), data, off)
 }
 
+// CopyFrom is copy_file_range(2) of at most n bytes from src at offIn to f
+// at offOut: the kernel copies, and the data never passes through the
+// daemon. EOPNOTSUPP where the filesystems under the two files cannot copy
+// between them; the kernel then copies by reads and writes. (ENOSYS would
+// make it stop asking for good.)
+func (f *File) CopyFrom(src *File, offIn, offOut int64, n int) (int, error) {
+	if err := src.view.Check(); err != nil {
+		return 0, err
+	}
+	if err := f.view.CheckWritable(); err != nil {
+		return 0, err
+	}
+	c, err := unix.CopyFileRange(src.cur(), &offIn, f.cur(), &offOut, n, 0)
+	if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) {
+		err = unix.EOPNOTSUPP
+	}
+	return c, err
+}
+
 // Stat is fstat(2).
 func (f *File) Stat() (unix.Stat_t, error) {
 	var st unix.Stat_t

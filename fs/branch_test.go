@@ -1131,3 +1131,35 @@ func testAbortedAtOnce(t *testing.T, mode string) {
 		t.Errorf("open of a name below a directory opened before the abort: %v, want ESTALE", err)
 	}
 }
+
+// TestCopyFileRange: copy_file_range(2) in a branch view, from a file of
+// the base the branch has not copied, and from the main view into the
+// branch, copies the bytes asked for into the branch's file and changes
+// nothing else.
+func TestCopyFileRange(t *testing.T) {
+	m := newMount(t, "")
+	b := m.create("b")
+	copyRange := func(from, to string, offIn int64, n int, want string) {
+		t.Helper()
+		in, err := os.Open(from)
+		must(t, err)
+		defer in.Close()
+		out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE, 0o644)
+		must(t, err)
+		defer out.Close()
+		c, err := unix.CopyFileRange(int(in.Fd()), &offIn, int(out.Fd()), nil, n, 0)
+		must(t, err)
+		if c != len(want) {
+			t.Errorf("copied %d bytes from %s, want %d", c, from, len(want))
+		}
+		out.Close()
+		wantContent(t, to, want)
+	}
+	copyRange(filepath.Join(b, "file"), filepath.Join(b, "whole"), 0, 100, "base file\n")
+	copyRange(filepath.Join(b, "file"), filepath.Join(b, "part"), 5, 3, "fil")
+	copyRange(filepath.Join(m.mnt, "dir", "a"), filepath.Join(b, "dir", "a2"), 0, 100, "a\n")
+	wantContent(t, filepath.Join(m.base, "file"), "base file\n")
+	for _, p := range []string{"whole", "part", "dir/a2"} {
+		wantMissing(t, filepath.Join(m.base, p))
+	}
+}

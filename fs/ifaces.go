@@ -25,6 +25,7 @@ var (
 	_ = (gofs.NodeRemovexattrer)((*Node)(nil))
 	_ = (gofs.NodeListxattrer)((*Node)(nil))
 	_ = (gofs.NodeIoctler)((*Node)(nil))
+	_ = (gofs.NodeCopyFileRanger)((*Node)(nil))
 	_ = (gofs.NodeOnForgetter)((*Node)(nil))
 
 	_ = (gofs.FileReader)((*fileHandle)(nil))
