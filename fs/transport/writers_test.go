@@ -17,10 +17,10 @@ func reply[T any](status int32, out *T) []byte {
 	return append(append([]byte{}, bytesOf(&h)...), bytesOf(out)...)
 }
 
-// A SETATTR of a node with a handle open for writing is answered on the
-// reader, from the CREATE or OPEN that opened it until its RELEASE; any
-// other SETATTR still goes to a goroutine of its own.
-func TestWriterSetattrOnReader(t *testing.T) {
+// A SETATTR, SETXATTR or REMOVEXATTR of a node with a handle open for
+// writing is answered on the reader, from the CREATE or OPEN that opened it
+// until its RELEASE; any other still goes to a goroutine of its own.
+func TestWriterChangeOnReader(t *testing.T) {
 	l := &Loop{}
 	answer := func(req, rep []byte) {
 		l.trackWriters(req, nil)
@@ -36,7 +36,15 @@ func TestWriterSetattrOnReader(t *testing.T) {
 		if !mayBlock(req) {
 			t.Fatal("mayBlock no longer sends every SETATTR to a goroutine")
 		}
-		return l.writerSetattr(req)
+		return l.writerChange(req)
+	}
+	xattrOnReader := func(op uint32, nid uint64) bool {
+		in := fuse.InHeader{Opcode: op, NodeId: nid}
+		req := bytesOf(&in)
+		if !mayBlock(req) {
+			t.Fatal("mayBlock no longer sends every SETXATTR and REMOVEXATTR to a goroutine")
+		}
+		return l.writerChange(req)
 	}
 	release := func(nid, fh uint64) {
 		in := fuse.ReleaseIn{Fh: fh}
@@ -54,8 +62,8 @@ func TestWriterSetattrOnReader(t *testing.T) {
 	out := fuse.CreateOut{}
 	out.NodeId, out.Fh = 7, 3
 	answer(bytesOf(&create), reply(0, &out))
-	if !onReader(7) {
-		t.Error("SETATTR of a file just created for writing goes to a goroutine")
+	if !onReader(7) || !xattrOnReader(opSetxattr, 7) || !xattrOnReader(opRemovexattr, 7) {
+		t.Error("SETATTR, SETXATTR or REMOVEXATTR of a file just created for writing goes to a goroutine")
 	}
 	open(8, 4, syscall.O_RDONLY, 0)
 	open(9, 6, syscall.O_WRONLY, -int32(syscall.EACCES))
@@ -69,7 +77,7 @@ func TestWriterSetattrOnReader(t *testing.T) {
 	}
 	release(7, 5)
 	release(8, 4)
-	if onReader(7) {
-		t.Error("SETATTR after the last writer's release on the reader")
+	if onReader(7) || xattrOnReader(opSetxattr, 7) {
+		t.Error("SETATTR or SETXATTR after the last writer's release on the reader")
 	}
 }
