@@ -132,7 +132,7 @@ func TestFileHidesInternalXattrs(t *testing.T) {
 // view's top layer shows, which skips the lookup through the layers: the
 // owner it is made for, a set-group-ID directory's group, an existing name
 // with and without O_EXCL, a directory made again where one was removed,
-// and the main view, which has one layer.
+// and the main view, which has one layer; and an unlink there.
 func TestCreateInOwnDirectory(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root, to create files for another owner")
@@ -208,5 +208,21 @@ func TestCreateInOwnDirectory(t *testing.T) {
 	}
 	if got := readView(t, v, "d/x"); got != "d/x" {
 		t.Errorf("d/x reads %q", got)
+	}
+	// Unlink in such directories takes the same short way.
+	for _, c := range []struct {
+		rel  string
+		want error
+	}{
+		{"new/missing", unix.ENOENT}, {"d", unix.EISDIR}, {"new/f", nil}, {"new/f", unix.ENOENT}, {"d/x", nil},
+	} {
+		if err := v.Unlink(c.rel); !errors.Is(err, c.want) && !(err == nil && c.want == nil) {
+			t.Errorf("unlink %s: %v, want %v", c.rel, err, c.want)
+		}
+	}
+	for _, rel := range []string{"new/f", "d/x"} {
+		if _, err := v.Stat(rel); !errors.Is(err, unix.ENOENT) {
+			t.Errorf("%s after unlink: %v, want ENOENT", rel, err)
+		}
 	}
 }

@@ -380,6 +380,9 @@ func (v *View) Unlink(rel string) error {
 	if err := v.beginWrite(); err != nil {
 		return err
 	}
+	if err, ok := v.unlinkInTop(rel); ok {
+		return err
+	}
 	e, err := v.Lookup(rel)
 	if err != nil {
 		return err
@@ -396,6 +399,40 @@ func (v *View) Unlink(rel string) error {
 	}
 	defer unix.Close(pfd)
 	return unix.Unlinkat(pfd, name, 0)
+}
+
+// unlinkInTop is Unlink for a name whose directory only the top layer
+// shows: no layer below can show the name, so no tombstone is needed, and
+// the name is looked up, and removed, in the directory opened once: an
+// openat2, an fstatat, the unlinkat and a close, against six calls the
+// general way. ok false: the directory is not the top layer's alone, or
+// cannot be opened; Unlink takes the general way.
+func (v *View) unlinkInTop(rel string) (err error, ok bool) {
+	dir, name := path.Split(rel)
+	if name == "" || name == "." || name == ".." || isStageName(rel) {
+		return nil, false
+	}
+	dir = trimSlash(dir)
+	if dl, err := v.dirLayers(dir); err != nil || len(dl) != 1 || dl[0] != 0 {
+		return nil, false
+	}
+	top := v.layers[0]
+	pfd, err := top.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, false
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err, true
+	}
+	if top.delta && isWhiteout(pfd, name, &st) {
+		return unix.ENOENT, true
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return unix.EISDIR, true
+	}
+	return unix.Unlinkat(pfd, name, 0), true
 }
 
 // Rmdir removes an empty directory.
