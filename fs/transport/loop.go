@@ -247,12 +247,23 @@ func mayBlock(req []byte) bool {
 			return false
 		}
 		return (*fuse.CreateIn)(unsafe.Pointer(&req[0])).Flags&syscall.O_EXCL == 0
+	case opCopyFileRange:
+		// Between files already open, the destination for writing:
+		// nothing is copied up, and a small copy takes less than a
+		// handoff to another thread would. cp asks for each file's size.
+		if len(req) < int(unsafe.Sizeof(fuse.CopyFileRangeIn{})) {
+			return true
+		}
+		return (*fuse.CopyFileRangeIn)(unsafe.Pointer(&req[0])).Len > smallCopy
 	case opSetattr, opRename, opRename2, opLink, opSetxattr, opRemovexattr,
-		opFsync, opFsyncdir, opFallocate, opCopyFileRange:
+		opFsync, opFsyncdir, opFallocate:
 		return true
 	}
 	return false
 }
+
+// smallCopy is the largest COPY_FILE_RANGE answered on the reader.
+const smallCopy = 64 << 10
 
 // opRelease is FUSE_RELEASE.
 const opRelease = 18

@@ -191,7 +191,7 @@ func TestLoopGoFuseOpcodes(t *testing.T) {
 		{opCreate, "Create", int(unsafe.Sizeof(fuse.CreateIn{})), syscall.O_WRONLY | syscall.O_EXCL, "a\x00", false},
 		{opFallocate, "Fallocate", int(unsafe.Sizeof(fuse.FallocateIn{})), 0, "", true},
 		{opRename2, "Rename2", int(unsafe.Sizeof(fuse.RenameIn{})), 0, "a\x00b\x00", true},
-		{opCopyFileRange, "CopyFileRange", int(unsafe.Sizeof(fuse.CopyFileRangeIn{})), 0, "", true},
+		{opCopyFileRange, "CopyFileRange", int(unsafe.Sizeof(fuse.CopyFileRangeIn{})), 0, "", false}, // of 0 bytes: see TestSmallCopyOnReader
 	} {
 		req := request(c.op, c.argSize, c.arg, c.payload)
 		if c.op == opRename2 {

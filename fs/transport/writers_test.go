@@ -81,3 +81,18 @@ func TestWriterChangeOnReader(t *testing.T) {
 		t.Error("SETATTR or SETXATTR after the last writer's release on the reader")
 	}
 }
+
+// A COPY_FILE_RANGE of at most smallCopy bytes is answered on the reader, a
+// larger one on a goroutine of its own.
+func TestSmallCopyOnReader(t *testing.T) {
+	for _, c := range []struct {
+		len   uint64
+		block bool
+	}{{7, false}, {smallCopy, false}, {smallCopy + 1, true}, {1 << 40, true}} {
+		in := fuse.CopyFileRangeIn{Len: c.len}
+		in.Opcode = opCopyFileRange
+		if got := mayBlock(bytesOf(&in)); got != c.block {
+			t.Errorf("COPY_FILE_RANGE of %d bytes: mayBlock %v, want %v", c.len, got, c.block)
+		}
+	}
+}
