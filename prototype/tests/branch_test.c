@@ -1557,6 +1557,104 @@ static void run_signals(const char *arg) { (void)arg; test_signals_create(); }
 static void run_names(const char *arg) { (void)arg; test_names_copied(); }
 static void run_confined(const char *arg) { (void)arg; test_confined_view(); }
 static void run_killed(const char *arg) { (void)arg; test_caller_killed(); }
+/*
+ * The winner's work after BR_COMMIT: in the child of a BR_FS call, its
+ * working directory, descriptors and mount point; in a child without
+ * BR_FS, a working directory in its "@NAME" view.  All of them show the
+ * parent's view, which holds the commit, and writes go there.  Exit
+ * codes: 1 commit, 2 relative read, 3 relative write, 4 read descriptor,
+ * 5 write descriptor, 6 absolute read, 7 cwd, 8 setup, 9 the winner's
+ * child.
+ */
+static int winner_steps(const char *cwd_after, int rfd, int wfd)
+{
+	char buf[64];
+
+	if (commit())
+		return 1;
+	if (read_file("f.txt", buf, sizeof(buf)) || strcmp(buf, "branch"))
+		return 2;
+	if (write_file("after.txt", "after"))
+		return 3;
+	if (rfd >= 0 && (pread(rfd, buf, 6, 0) != 6 || memcmp(buf, "branch", 6))) {
+		printf("# winner_after_commit: read fd: %s\n", strerror(errno));
+		return 4;
+	}
+	if (wfd >= 0 && write(wfd, "cd", 2) != 2)
+		return 5;
+	if (read_file(MNT "/win/f.txt", buf, sizeof(buf)) || strcmp(buf, "branch"))
+		return 6;
+	if (!getcwd(buf, sizeof(buf)) || strcmp(buf, cwd_after))
+		return 7;
+	return 0;
+}
+
+static void test_winner_after_commit(void)
+{
+	const char *test = "winner_after_commit";
+	char names[1][BR_NAME_MAX], path[512], buf[64];
+	int status, fs;
+	pid_t pids[1];
+	long r;
+
+	wait_views(MNT, 0);
+	if (mkdir(MNT "/win", 0755) && errno != EEXIST) {
+		fail(test, "setup: %s", strerror(errno));
+		return;
+	}
+	for (fs = 1; fs >= 0; fs--) {
+		reset_shared();
+		r = create(MNT, fs ? BR_FS : 0, 1, pids, names);
+		if (r > 0) {
+			int rfd, wfd, pfd[2], code;
+			pid_t gc;
+
+			if (!fs) {
+				wait_step(1);
+				snprintf(path, sizeof(path), MNT "/@%s/win", (const char *)sh->views[0]);
+			}
+			if (chdir(fs ? MNT "/win" : path) || write_file("f.txt", "branch"))
+				_exit(8);
+			rfd = open("f.txt", O_RDONLY);
+			wfd = open("g.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+			if (rfd < 0 || wfd < 0 || write(wfd, "ab", 2) != 2 || pipe(pfd))
+				_exit(8);
+			/* A task the winner forked moves too: it reads once the commit is done. */
+			gc = fork();
+			if (gc == 0) {
+				close(pfd[1]);
+				if (read(pfd[0], buf, 1) != 1)
+					_exit(1);
+				_exit(read_file("f.txt", buf, sizeof(buf)) || strcmp(buf, "branch"));
+			}
+			code = winner_steps(MNT "/win", rfd, wfd);
+			if (write(pfd[1], "x", 1) != 1 || waitpid(gc, &status, 0) != gc)
+				_exit(8);
+			_exit(code ? code : exited(status, 0) ? 0 : 9);
+		}
+		if (r < 0) {
+			fail(test, "create (BR_FS %d): %s", fs, strerror(errno));
+			break;
+		}
+		memcpy((char *)sh->views[0], names[0], BR_NAME_MAX);
+		set_step(1);
+		if (wait_deadline(pids[0], &status, 30) < 0 || !exited(status, 0))
+			fail(test, "BR_FS %d: winner status %#x (exit 1 commit, 2 relative read, 3 relative write, "
+			     "4 read fd, 5 write fd, 6 absolute read, 7 cwd, 8 setup, 9 its child)", fs, status);
+		if (read_file(MNT "/win/after.txt", buf, sizeof(buf)) || strcmp(buf, "after"))
+			fail(test, "BR_FS %d: the winner's write after its commit is not in the parent", fs);
+		if (read_file(MNT "/win/g.txt", buf, sizeof(buf)) || strcmp(buf, "abcd"))
+			fail(test, "BR_FS %d: g.txt holds \"%s\", want \"abcd\"", fs, buf);
+		unlink(MNT "/win/f.txt");
+		unlink(MNT "/win/g.txt");
+		unlink(MNT "/win/after.txt");
+	}
+	rmdir(MNT "/win");
+	if (wait_views(MNT, 0))
+		fail(test, "%d branches left", count_views(MNT));
+	pass(test);
+}
+
 static void run_fence_on(const char *arg) { run_fence(arg, BR_FS | BR_ISOLATE, EPERM); }
 static void run_fence_off(const char *arg) { run_fence(arg, BR_FS, 0); }
 static void run_rebase(const char *arg) { (void)arg; test_fs_rebase(); }
@@ -1564,6 +1662,7 @@ static void run_traced(const char *arg) { (void)arg; test_traced(); }
 static void run_pidfds(const char *arg) { (void)arg; test_pidfds_and_attr(); }
 static void run_limits(const char *arg) { (void)arg; test_limits(); }
 static void run_locked(const char *arg) { (void)arg; test_view_locked(); }
+static void run_winner(const char *arg) { (void)arg; test_winner_after_commit(); }
 
 static const struct test {
 	const char *name;
@@ -1596,6 +1695,7 @@ static const struct test {
 	{ "pidfds_and_attr", run_pidfds, NULL },
 	{ "limits", run_limits, NULL },
 	{ "view_locked", run_locked, NULL },
+	{ "winner_after_commit", run_winner, NULL },
 };
 
 #define N_TESTS (sizeof(tests) / sizeof(tests[0]))
