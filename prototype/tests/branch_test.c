@@ -10,11 +10,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/perf_event.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -1146,6 +1148,7 @@ static void run_fence(const char *test, unsigned int flags, int want)
 		int pfd[2], n = 0;
 		struct rlimit rl = { 1 << 20, 1 << 20 };
 		struct sched_param sp = { 0 };
+		cpu_set_t cpus;
 		char path[64];
 
 		wait_step(1);
@@ -1155,6 +1158,11 @@ static void run_fence(const char *test, unsigned int flags, int want)
 		sh->err[n++] = sched_setscheduler(sib, SCHED_BATCH, &sp) ? errno : 0;
 		snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", sib);
 		sh->err[n++] = write_file(path, "500") ? errno : 0;
+		CPU_ZERO(&cpus);
+		CPU_SET(0, &cpus);
+		sh->err[n++] = sched_setaffinity(sib, sizeof(cpus), &cpus) ? errno : 0;
+		snprintf(path, sizeof(path), "/proc/%d/timerslack_ns", sib);
+		sh->err[n++] = write_file(path, "1000") ? errno : 0;
 		/* Last: it kills the sibling when allowed. */
 		if (pipe(pfd) || fcntl(pfd[0], F_SETOWN, sib) || fcntl(pfd[0], F_SETSIG, SIGKILL) ||
 		    fcntl(pfd[0], F_SETFL, O_ASYNC) || write(pfd[1], "x", 1) != 1)
@@ -1181,8 +1189,9 @@ static void run_fence(const char *test, unsigned int flags, int want)
 			fail(test, "child %d hung", i + 1);
 	if (!exited(status[0], 0))
 		fail(test, "the acting child ended with %#x", status[0]);
-	for (i = 0; i < 4; i++) {
-		static const char *what[] = { "prlimit", "setpriority", "sched_setscheduler", "oom_score_adj" };
+	for (i = 0; i < 6; i++) {
+		static const char *what[] = { "prlimit", "setpriority", "sched_setscheduler", "oom_score_adj",
+					      "sched_setaffinity", "timerslack_ns" };
 
 		if (sh->err[i] != want)
 			fail(test, "%s(sibling) gave %s, want %s", what[i], strerror(sh->err[i]), strerror(want));
@@ -1420,6 +1429,120 @@ static void test_limits(void)
 	else
 		reap(pids, 2);
 	write_file("/proc/sys/user/max_branches", old);
+	if (wait_views(MNT, 0))
+		fail(test, "%d branches left", count_views(MNT));
+	pass(test);
+}
+
+/*
+ * RLIMIT_NPROC counts all N children before any branch is made, for a
+ * user it applies to (root is exempt): with one process and a limit of
+ * two, two children are refused with EAGAIN, one is not (the call then
+ * fails on the control file, which only the daemon's user may open).
+ */
+static void test_nproc_unprivileged(void)
+{
+	const char *test = "nproc_unprivileged";
+	int status;
+	pid_t helper = fork();
+
+	if (helper == 0) {
+		struct rlimit rl = { 2, 2 };
+		union branch_attr attr = { 0 };
+		char names[2][BR_NAME_MAX];
+		int mfd = open(MNT, O_RDONLY | O_DIRECTORY);
+		long r;
+
+		if (mfd < 0 || setrlimit(RLIMIT_NPROC, &rl) || setgroups(0, NULL) ||
+		    setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534))
+			_exit(20);
+		attr.create.mount_fd = mfd;
+		attr.create.n_branches = 2;
+		attr.create.branch_names = (uintptr_t)names;
+		r = create_attr(&attr);
+		if (r > 0)
+			_exit(0);
+		if (r == 0 || errno != EAGAIN) {
+			printf("# %s: 2 children over RLIMIT_NPROC 2 as uid 65534: %ld %s\n", test, r, strerror(errno));
+			_exit(1);
+		}
+		attr.create.n_branches = 1;
+		r = create_attr(&attr);
+		if (r > 0)
+			_exit(0);
+		if (r == 0 || errno == EAGAIN) {
+			printf("# %s: 1 child under RLIMIT_NPROC 2 as uid 65534: %ld %s\n", test, r, strerror(errno));
+			_exit(2);
+		}
+		_exit(0);
+	}
+	if (wait_deadline(helper, &status, 20) < 0 || !exited(status, 0))
+		fail(test, "helper status %#x (1: not refused, 2: refused under the limit, 20: setup)", status);
+	if (wait_views(MNT, 0))
+		fail(test, "%d branches left", count_views(MNT));
+	pass(test);
+}
+
+/*
+ * perf sees the children as it sees fork()'s: a fork record each.  (The
+ * sched_process_fork trace event needs tracefs, which the guest's kernel
+ * is built without; it fires in kernel_clone() next to PTRACE_EVENT_FORK,
+ * which traced_fork_events checks.)
+ */
+static void test_perf_fork(void)
+{
+	const char *test = "perf_fork_records";
+	struct perf_event_attr pa = { 0 };
+	long page = sysconf(_SC_PAGESIZE), r;
+	struct perf_event_mmap_page *meta;
+	char names[3][BR_NAME_MAX];
+	int fd, i, seen = 0;
+	unsigned long long head, off;
+	pid_t pids[3];
+	char *ring;
+
+	pa.size = sizeof(pa);
+	pa.type = PERF_TYPE_SOFTWARE;
+	pa.config = PERF_COUNT_SW_DUMMY;
+	pa.task = 1;
+	fd = syscall(SYS_perf_event_open, &pa, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	if (fd < 0) {
+		fail(test, "perf_event_open: %s", strerror(errno));
+		return;
+	}
+	meta = mmap(NULL, page * 9, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (meta == MAP_FAILED) {
+		fail(test, "mmap: %s", strerror(errno));
+		close(fd);
+		return;
+	}
+	ring = (char *)meta + page;
+	r = create(MNT, 0, 3, pids, names);
+	if (r > 0)
+		_exit(0);
+	if (r < 0) {
+		fail(test, "BR_CREATE: %s", strerror(errno));
+	} else {
+		for (i = 0; i < 3; i++)
+			waitpid(pids[i], NULL, 0);
+		head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
+		for (off = 0; off + sizeof(struct perf_event_header) <= head && off < (unsigned long long)page * 8;) {
+			struct perf_event_header *h = (void *)(ring + off);
+			struct { struct perf_event_header h; __u32 pid, ppid, tid, ptid; } *f = (void *)h;
+
+			if (!h->size)
+				break;
+			if (h->type == PERF_RECORD_FORK)
+				for (i = 0; i < 3; i++)
+					if ((pid_t)f->pid == pids[i] && (pid_t)f->ppid == getpid())
+						seen++;
+			off += h->size;
+		}
+		if (seen != 3)
+			fail(test, "%d fork records of the 3 children", seen);
+	}
+	munmap(meta, page * 9);
+	close(fd);
 	if (wait_views(MNT, 0))
 		fail(test, "%d branches left", count_views(MNT));
 	pass(test);
@@ -1663,6 +1786,8 @@ static void run_pidfds(const char *arg) { (void)arg; test_pidfds_and_attr(); }
 static void run_limits(const char *arg) { (void)arg; test_limits(); }
 static void run_locked(const char *arg) { (void)arg; test_view_locked(); }
 static void run_winner(const char *arg) { (void)arg; test_winner_after_commit(); }
+static void run_nproc(const char *arg) { (void)arg; test_nproc_unprivileged(); }
+static void run_perf(const char *arg) { (void)arg; test_perf_fork(); }
 
 static const struct test {
 	const char *name;
@@ -1696,6 +1821,8 @@ static const struct test {
 	{ "limits", run_limits, NULL },
 	{ "view_locked", run_locked, NULL },
 	{ "winner_after_commit", run_winner, NULL },
+	{ "nproc_unprivileged", run_nproc, NULL },
+	{ "perf_fork_records", run_perf, NULL },
 };
 
 #define N_TESTS (sizeof(tests) / sizeof(tests[0]))
