@@ -209,6 +209,26 @@ func TestCreateInOwnDirectory(t *testing.T) {
 	if got := readView(t, v, "d/x"); got != "d/x" {
 		t.Errorf("d/x reads %q", got)
 	}
+	// So do changes by name, to a file and to a directory.
+	if _, err := v.Mkdir("new/sub", 0o755, me); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Chmod("new/f", 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mtime := unix.Timespec{Sec: 1000}
+	if err := v.Utimens("new/sub", unix.Timespec{Nsec: unix.UTIME_OMIT}, mtime); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := v.Stat("new/f"); err != nil || e.Stat.Mode != unix.S_IFREG|0o600 {
+		t.Errorf("new/f after chmod 600: %v %+v", err, e)
+	}
+	if e, err := v.Stat("new/sub"); err != nil || e.Stat.Mtim != mtime {
+		t.Errorf("new/sub after utimens: %v %+v", err, e)
+	}
+	if err := v.Chmod("new/missing", 0o600); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("chmod of a missing name: %v, want ENOENT", err)
+	}
 	// Unlink in such directories takes the same short way.
 	for _, c := range []struct {
 		rel  string
