@@ -1548,6 +1548,92 @@ static void test_perf_fork(void)
 	pass(test);
 }
 
+/*
+ * A child between its fork and the call's verdict exists as any forked
+ * task does before it first runs: it has a pid and /proc shows it, and a
+ * tracer hears of it at PTRACE_EVENT_FORK.  What the call guarantees is
+ * that it does nothing seen from outside: it waits at the gate, no wait()
+ * reports it, not even its tracer's (though its attach SIGSTOP is
+ * pending), and a signal other than SIGKILL waits until it has started,
+ * without disturbing the call.  The tracer holds the caller at the fork
+ * event of its first child, so that the verdict cannot come meanwhile.
+ */
+static void test_unstarted(void)
+{
+	const char *test = "unstarted_child";
+	long deadline = now_ns() + 20 * 1000000000L;
+	pid_t pid, w, first;
+	unsigned long msg;
+	char path[64], wchan[64];
+	int st, st2, forks = 0;
+
+	reset_shared();
+	pid = fork();
+	if (pid == 0) {
+		char names[2][BR_NAME_MAX];
+		int s0 = 0, s1 = 0;
+		pid_t pids[2];
+		long r;
+
+		ptrace(PTRACE_TRACEME, 0, 0, 0);
+		raise(SIGSTOP);
+		r = create(MNT, BR_FS, 2, pids, names);
+		if (r > 0) {
+			__atomic_add_fetch(&sh->done, 1, __ATOMIC_ACQ_REL);
+			_exit(0);
+		}
+		if (r < 0)
+			_exit(1);
+		waitpid(pids[0], &s0, __WALL);
+		waitpid(pids[1], &s1, __WALL);
+		/* SIGUSR1 came before the verdict: the first child dies of it as it starts. */
+		_exit(WIFSIGNALED(s0) && WTERMSIG(s0) == SIGUSR1 && exited(s1, 0) ? 0 : 2);
+	}
+	if (waitpid(pid, &st, 0) != pid || !WIFSTOPPED(st)) {
+		fail(test, "tracee did not stop: %#x", st);
+		return;
+	}
+	ptrace(PTRACE_SETOPTIONS, pid, 0, PTRACE_O_TRACEFORK);
+	ptrace(PTRACE_CONT, pid, 0, 0);
+	while (now_ns() < deadline) {
+		w = waitpid(-1, &st, __WALL);
+		if (w < 0)
+			break;
+		if (w == pid && (WIFEXITED(st) || WIFSIGNALED(st))) {
+			if (!exited(st, 0))
+				fail(test, "caller ended with %#x (1: BR_CREATE failed, 2: a child's end)", st);
+			break;
+		}
+		if (!WIFSTOPPED(st))
+			continue;
+		if (w == pid && st >> 8 == (SIGTRAP | (PTRACE_EVENT_FORK << 8)) && !forks++) {
+			ptrace(PTRACE_GETEVENTMSG, pid, 0, &msg);
+			first = msg;
+			/* It waits at the gate for the verdict, which the stopped caller holds. */
+			snprintf(path, sizeof(path), "/proc/%d/wchan", first);
+			while ((read_file(path, wchan, sizeof(wchan)) || strcmp(wchan, "branch_gate")) &&
+			       now_ns() < deadline)
+				usleep(1000);
+			if (strcmp(wchan, "branch_gate"))
+				fail(test, "the first child is not at the gate: wchan \"%s\"", wchan);
+			if (waitpid(first, &st2, WNOHANG | __WALL) != 0)
+				fail(test, "the tracer's wait() reported the child before the verdict: %#x", st2);
+			if (kill(first, SIGUSR1))
+				fail(test, "kill(SIGUSR1): %s", strerror(errno));
+		}
+		ptrace(PTRACE_CONT, w, 0, w == pid || WSTOPSIG(st) == SIGSTOP || WSTOPSIG(st) == SIGTRAP ? 0 : WSTOPSIG(st));
+	}
+	if (forks != 2)
+		fail(test, "%d fork events, want 2", forks);
+	if (sh->done != 1)
+		fail(test, "%d children ran user code, want 1", sh->done);
+	while (waitpid(-1, &st, __WALL | WNOHANG) > 0)
+		;
+	if (wait_views(MNT, 0))
+		fail(test, "%d branches left", count_views(MNT));
+	pass(test);
+}
+
 /* The view a BR_FS child gets is locked: no unmount reveals the parent's. */
 static void test_view_locked(void)
 {
@@ -1788,6 +1874,7 @@ static void run_locked(const char *arg) { (void)arg; test_view_locked(); }
 static void run_winner(const char *arg) { (void)arg; test_winner_after_commit(); }
 static void run_nproc(const char *arg) { (void)arg; test_nproc_unprivileged(); }
 static void run_perf(const char *arg) { (void)arg; test_perf_fork(); }
+static void run_unstarted(const char *arg) { (void)arg; test_unstarted(); }
 
 static const struct test {
 	const char *name;
@@ -1823,6 +1910,7 @@ static const struct test {
 	{ "winner_after_commit", run_winner, NULL },
 	{ "nproc_unprivileged", run_nproc, NULL },
 	{ "perf_fork_records", run_perf, NULL },
+	{ "unstarted_child", run_unstarted, NULL },
 };
 
 #define N_TESTS (sizeof(tests) / sizeof(tests[0]))
