@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/branchfs/branchfs/branch"
 	"golang.org/x/sys/unix"
@@ -46,8 +47,8 @@ type cloneConfig struct {
 	Record bool   `json:"record,omitempty"`
 }
 
-// The starter's report on its stdout, one line: "ok PID" once the tree is
-// restored, or "error: WHY".
+// The starter's report on its stdout, one line: "ok PID MS" once the tree
+// is restored (MS: how long criu restore took), or "error: WHY".
 const reportOK = "ok"
 
 // cloneMain shows the clone who it is, restores the tree as a sibling
@@ -93,6 +94,7 @@ func cloneMain(raw string) {
 		args = append(args, "--lazy-pages")
 	}
 	cmd := exec.Command(cfg.CRIU, args...)
+	began := time.Now()
 	if err := cmd.Run(); err != nil {
 		fail("criu restore: %s", logError(cfg.Log))
 	}
@@ -105,7 +107,7 @@ func cloneMain(raw string) {
 		fail("criu restore's pid file: %v", err)
 	}
 	w := bufio.NewWriter(report)
-	fmt.Fprintf(w, "%s %d\n", reportOK, pid)
+	fmt.Fprintf(w, "%s %d %.1f\n", reportOK, pid, float64(time.Since(began).Microseconds())/1000)
 	w.Flush()
 	// The report pipe must not stay open: the runner reads to its end.
 	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)

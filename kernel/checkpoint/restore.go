@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +43,8 @@ type Clone struct {
 	ID        string  `json:"id"`         // its generation id (CloneDir/id)
 	PID       int     `json:"pid"`        // the tree's root, in the clone's PID namespace
 	RestoreMS float64 `json:"restore_ms"` // from start to restored
+	StartedMS float64 `json:"started_ms"` // from start to its run started (branch, namespaces, cgroup)
+	CRIUMS    float64 `json:"criu_ms"`    // how long criu restore took in it
 	ExitCode  int     `json:"exit_code"`
 	Signal    string  `json:"signal,omitempty"`
 	Committed bool    `json:"committed"`
@@ -117,9 +118,10 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 		}
 	}
 	type report struct {
-		i   int
-		pid int
-		err error
+		i      int
+		pid    int
+		criuMS float64
+		err    error
 	}
 	reports := make(chan report, o.Clones)
 	var started []*Clone
@@ -166,14 +168,16 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 			r.Close()
 			return undo(fmt.Errorf("clone %d (%s): %w", i, c.Branch, err))
 		}
-		c.proc = p
+		c.proc, c.StartedMS = p, ms(time.Since(start))
 		go func(i int) {
 			defer r.Close()
 			line, _ := bufio.NewReader(r).ReadString('\n')
 			line = strings.TrimSpace(line)
-			if pid, ok := strings.CutPrefix(line, reportOK+" "); ok {
-				n, _ := strconv.Atoi(pid)
-				reports <- report{i: i, pid: n}
+			if rest, ok := strings.CutPrefix(line, reportOK+" "); ok {
+				var rep report
+				rep.i = i
+				fmt.Sscanf(rest, "%d %g", &rep.pid, &rep.criuMS)
+				reports <- rep
 				return
 			}
 			if why, ok := strings.CutPrefix(line, "error: "); ok {
@@ -199,7 +203,7 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 			}
 			continue
 		}
-		c.PID, c.RestoreMS = rep.pid, ms(time.Since(start))
+		c.PID, c.RestoreMS, c.CRIUMS = rep.pid, ms(time.Since(start)), rep.criuMS
 	}
 	if firstErr != nil {
 		return undo(firstErr)
