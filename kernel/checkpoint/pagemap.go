@@ -136,27 +136,38 @@ func (pm *pagemap) close() {
 
 var errNoPage = errors.New("no such page in the image")
 
-// readPage copies the page at vaddr into buf (pageSize bytes).
-func (pm *pagemap) readPage(vaddr uint64, buf []byte) error {
-	i := sort.Search(len(pm.entries), func(i int) bool {
-		e := pm.entries[i]
-		return e.vaddr+uint64(e.pages)*pageSize > vaddr
-	})
-	if i == len(pm.entries) || pm.entries[i].vaddr > vaddr {
-		return fmt.Errorf("%w: %#x", errNoPage, vaddr)
-	}
-	e := pm.entries[i]
-	switch {
-	case e.flags&pePresent != 0:
-		_, err := pm.pages.ReadAt(buf[:pageSize], e.off+int64(vaddr-e.vaddr))
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+// readPages copies len(buf)/pageSize pages from vaddr on into buf, a
+// run of an entry with one read.
+func (pm *pagemap) readPages(vaddr uint64, buf []byte) error {
+	for len(buf) > 0 {
+		i := sort.Search(len(pm.entries), func(i int) bool {
+			e := pm.entries[i]
+			return e.vaddr+uint64(e.pages)*pageSize > vaddr
+		})
+		if i == len(pm.entries) || pm.entries[i].vaddr > vaddr {
+			return fmt.Errorf("%w: %#x", errNoPage, vaddr)
 		}
-		return err
-	case e.flags&peParent != 0 && pm.parent != nil:
-		return pm.parent.readPage(vaddr, buf)
+		e := pm.entries[i]
+		n := min(uint64(len(buf)), e.vaddr+uint64(e.pages)*pageSize-vaddr)
+		switch {
+		case e.flags&pePresent != 0:
+			_, err := pm.pages.ReadAt(buf[:n], e.off+int64(vaddr-e.vaddr))
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			if err != nil {
+				return err
+			}
+		case e.flags&peParent != 0 && pm.parent != nil:
+			if err := pm.parent.readPages(vaddr, buf[:n]); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("%w: %#x (flags %#x)", errNoPage, vaddr, e.flags)
+		}
+		vaddr, buf = vaddr+n, buf[n:]
 	}
-	return fmt.Errorf("%w: %#x (flags %#x)", errNoPage, vaddr, e.flags)
+	return nil
 }
 
 // protoVarints decodes a protobuf message whose fields of interest are

@@ -109,11 +109,8 @@ func servePages(conn io.ReadWriter, dir string) ([]wsPage, int64, error) {
 		buf = buf[:out]
 		binary.LittleEndian.PutUint32(buf, psIOVAddF|pePresent<<psCmdBits)
 		copy(buf[4:], hdr[4:])
-		for i := uint32(0); i < nr; i++ {
-			at := psHeaderSize + i*pageSize
-			if err := pm.readPage(vaddr+uint64(i)*pageSize, buf[at:at+pageSize]); err != nil {
-				return faults, served, fmt.Errorf("page server: process %d: %w", pid, err)
-			}
+		if err := pm.readPages(vaddr, buf[psHeaderSize:]); err != nil {
+			return faults, served, fmt.Errorf("page server: process %d: %w", pid, err)
 		}
 		if _, err := conn.Write(buf); err != nil {
 			return faults, served, err

@@ -180,7 +180,7 @@ func TestPrefetchMakesTheWorkingSetEager(t *testing.T) {
 	}
 	defer pm.close()
 	buf := make([]byte, pageSize)
-	if err := pm.readPage(0x12000, buf); err != nil || buf[0] != 3 {
+	if err := pm.readPages(0x12000, buf); err != nil || buf[0] != 3 {
 		t.Fatalf("page 0x12000 through the view: %d %v", buf[0], err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/branchfs/branchfs/branch"
@@ -51,7 +52,71 @@ type Clone struct {
 	Aborted   bool    `json:"aborted"`
 	Error     string  `json:"error,omitempty"`
 
-	proc *explore.Proc
+	proc    *explore.Proc
+	created bool // its branch was made
+}
+
+// report is a clone's answer to Restore: restored (pid, criuMS), or why not.
+type report struct {
+	i      int
+	pid    int
+	criuMS float64
+	err    error
+}
+
+// startClone makes clone c's branch, a child of parent, and starts its run, whose starter
+// restores the tree (cfg, completed here), and sends the starter's
+// report to send. Preconditions: c's Index, Branch and ID are set.
+func startClone(ctx context.Context, m *explore.Mount, parent string, c *Clone, cfg cloneConfig, exe string, maxPID int,
+	start time.Time, send func(report)) error {
+	i := c.Index
+	if _, err := m.Create(parent, c.Branch); err != nil {
+		return fmt.Errorf("clone %d: %w", i, err)
+	}
+	c.created = true
+	data := branch.BranchDataDir(m.Store(), c.Branch)
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return fmt.Errorf("clone %d (%s): %w", i, c.Branch, err)
+	}
+	cfg.Log, cfg.PIDFile = filepath.Join(data, "restore.log"), filepath.Join(data, "restore.pid")
+	cfg.ID, cfg.Index, cfg.Branch = c.ID, i, c.Branch
+	raw, _ := json.Marshal(cfg)
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	spec := explore.Spec{Args: []string{exe}, Branch: c.Branch, Dir: "/", Index: i,
+		Env:    []string{envClone + "=" + string(raw), "PATH=" + os.Getenv("PATH")},
+		Stdout: w, Stderr: w, LastPID: maxPID + 64}
+	p, err := m.Start(ctx, spec)
+	w.Close()
+	if err != nil {
+		r.Close()
+		return fmt.Errorf("clone %d (%s): %w", i, c.Branch, err)
+	}
+	c.proc, c.StartedMS = p, ms(time.Since(start))
+	go func() {
+		defer r.Close()
+		line, _ := bufio.NewReader(r).ReadString('\n')
+		line = strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(line, reportOK+" "); ok {
+			rep := report{i: i}
+			fmt.Sscanf(rest, "%d %g", &rep.pid, &rep.criuMS)
+			send(rep)
+			return
+		}
+		if why, ok := strings.CutPrefix(line, "error: "); ok {
+			send(report{i: i, err: errors.New(why)})
+			return
+		}
+		res := p.Wait()
+		why := res.Error
+		if why == "" {
+			why = fmt.Sprintf("its starter ended (exit %d %s) before the restore", res.ExitCode, res.Signal)
+		}
+		send(report{i: i, err: errors.New(why)})
+	}()
+	return nil
 }
 
 // Outcome is how a restore went.
@@ -117,80 +182,44 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 			images, out.WorkingSet = staged, filepath.Join(dir, WorkingSetName)
 		}
 	}
-	type report struct {
-		i      int
-		pid    int
-		criuMS float64
-		err    error
-	}
 	reports := make(chan report, o.Clones)
-	var started []*Clone
+	for i := range o.Clones {
+		out.Clones = append(out.Clones, &Clone{Index: i, Branch: fmt.Sprintf("%s-clone-%s-%d", name, randomHex(4), i), ID: randomHex(16)})
+	}
+	// Every clone's branch and run are set up at once: one after another
+	// they kept the last clone's restore waiting for all the others' set-
+	// ups (1.3 of 4.3 s for 10 clones under TCG). Each clone sends one
+	// report: its set-up's error or its starter's.
+	var setups sync.WaitGroup
+	for _, c := range out.Clones {
+		setups.Add(1)
+		go func() {
+			defer setups.Done()
+			if err := startClone(ctx, m, name, c, cloneConfig{CRIU: criu, Images: images, Lazy: o.Lazy, Pages: dir,
+				Record: out.Recording}, exe, meta.MaxPID, start, func(r report) { reports <- r }); err != nil {
+				reports <- report{i: c.Index, err: err}
+			}
+		}()
+	}
 	undo := func(cause error) (*Outcome, error) {
-		for _, c := range started {
+		setups.Wait()
+		for _, c := range out.Clones {
 			if c.proc != nil {
 				c.proc.Kill()
 			}
 		}
-		for _, c := range started {
-			if c.proc != nil {
+		for _, c := range out.Clones {
+			switch {
+			case c.proc != nil:
 				c.proc.Abort()
-			} else {
+			case c.created:
 				m.Abort(c.Branch, true)
+			default:
+				continue
 			}
 			c.Aborted = true
 		}
 		return out, cause
-	}
-	for i := 0; i < o.Clones; i++ {
-		c := &Clone{Index: i, Branch: fmt.Sprintf("%s-clone-%s-%d", name, randomHex(4), i), ID: randomHex(16)}
-		if _, err := m.Create(name, c.Branch); err != nil {
-			return undo(fmt.Errorf("clone %d: %w", i, err))
-		}
-		started = append(started, c)
-		out.Clones = append(out.Clones, c)
-		data := branch.BranchDataDir(store, c.Branch)
-		if err := os.MkdirAll(data, 0o700); err != nil {
-			return undo(fmt.Errorf("clone %d (%s): %w", i, c.Branch, err))
-		}
-		cfg, _ := json.Marshal(cloneConfig{CRIU: criu, Images: images, Log: filepath.Join(data, "restore.log"),
-			PIDFile: filepath.Join(data, "restore.pid"), ID: c.ID, Index: i, Branch: c.Branch,
-			Lazy: o.Lazy, Pages: dir, Record: out.Recording})
-		r, w, err := os.Pipe()
-		if err != nil {
-			return undo(err)
-		}
-		spec := explore.Spec{Args: []string{exe}, Branch: c.Branch, Dir: "/", Index: i,
-			Env:    []string{envClone + "=" + string(cfg), "PATH=" + os.Getenv("PATH")},
-			Stdout: w, Stderr: w, LastPID: meta.MaxPID + 64}
-		p, err := m.Start(ctx, spec)
-		w.Close()
-		if err != nil {
-			r.Close()
-			return undo(fmt.Errorf("clone %d (%s): %w", i, c.Branch, err))
-		}
-		c.proc, c.StartedMS = p, ms(time.Since(start))
-		go func(i int) {
-			defer r.Close()
-			line, _ := bufio.NewReader(r).ReadString('\n')
-			line = strings.TrimSpace(line)
-			if rest, ok := strings.CutPrefix(line, reportOK+" "); ok {
-				var rep report
-				rep.i = i
-				fmt.Sscanf(rest, "%d %g", &rep.pid, &rep.criuMS)
-				reports <- rep
-				return
-			}
-			if why, ok := strings.CutPrefix(line, "error: "); ok {
-				reports <- report{i: i, err: errors.New(why)}
-				return
-			}
-			res := p.Wait()
-			why := res.Error
-			if why == "" {
-				why = fmt.Sprintf("its starter ended (exit %d %s) before the restore", res.ExitCode, res.Signal)
-			}
-			reports <- report{i: i, err: errors.New(why)}
-		}(i)
 	}
 	var firstErr error
 	for range o.Clones {
@@ -205,6 +234,7 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 		}
 		c.PID, c.RestoreMS, c.CRIUMS = rep.pid, ms(time.Since(start)), rep.criuMS
 	}
+	setups.Wait()
 	if firstErr != nil {
 		return undo(firstErr)
 	}
