@@ -7,6 +7,10 @@ PROG=/tests/criu-stateful
 now() { cut -d' ' -f1 /proc/uptime; } # seconds, 10 ms steps
 ms_between() { echo "$1 $2" | awk '{ printf "%.0f", ($2 - $1) * 1000 }'; }
 json_field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" | head -1; }
+# json_all FIELD: every value of FIELD in a JSON line, one a line.
+json_all() { grep -o "\"$1\":[0-9.]*" | cut -d: -f2; }
+median3() { tr ' ' '\n' | grep . | sort -n | sed -n 2p; }
+drop_clones() { branchfs list $MNT | grep -o "$1-clone-[^ ]*" | while read -r b; do branchfs abort $MNT/@$b >/dev/null; done; }
 
 # Fresh start: from `branchfs run` to the subject's ready file.
 branchfs create bfresh $MNT >/dev/null
@@ -20,14 +24,91 @@ wait $rp
 
 one=$(branchfs restore bfresh $MNT --clones 1 --keep --json | json_field restore_ms)
 echo "BENCH restore_1_vs_fresh_start $(echo "$one $fresh" | awk '{ printf "%.2f", $1 / $2 }') ($one ms vs $fresh ms, 16 MiB)"
-branchfs list $MNT | grep -o 'bfresh-clone-[^ ]*' | while read -r b; do branchfs abort $MNT/@$b >/dev/null; done
+drop_clones bfresh
 
+# 10 clones one after another, then together; where the time goes: the
+# set-up of each clone's run (branch, namespaces, cgroup: started_ms)
+# and criu restore itself (criu_ms).
 seq_ms=0
+seq_criu=0
 for i in 1 2 3 4 5 6 7 8 9 10; do
-	t=$(branchfs restore bfresh $MNT --clones 1 --keep --json | json_field restore_ms)
-	seq_ms=$(echo "$seq_ms $t" | awk '{ print $1 + $2 }')
+	j=$(branchfs restore bfresh $MNT --clones 1 --keep --json)
+	seq_ms=$(echo "$seq_ms $(echo "$j" | json_field restore_ms)" | awk '{ print $1 + $2 }')
+	seq_criu=$(echo "$seq_criu $(echo "$j" | json_field criu_ms)" | awk '{ print $1 + $2 }')
 done
-branchfs list $MNT | grep -o 'bfresh-clone-[^ ]*' | while read -r b; do branchfs abort $MNT/@$b >/dev/null; done
-par=$(branchfs restore bfresh $MNT --clones 10 --keep --json | json_field restore_ms)
-echo "BENCH restore_10_together_vs_one_after_another $(echo "$par $seq_ms" | awk '{ printf "%.2f", $1 / $2 }') ($par ms vs $seq_ms ms)"
+# What one restore spends its time on (CRIU's log, seconds since its start).
+b=$(branchfs list $MNT | grep -o 'bfresh-clone-[^ ]*' | head -1)
+echo "BENCH-NOTE criu restore log of $b: $(grep -E 'kdat|Forking task|Restore finished successfully' /data/store/branches/$b/restore.log | head -5 | tr '\n' ';')"
+drop_clones bfresh
+j=$(branchfs restore bfresh $MNT --clones 10 --keep --json)
+par=$(echo "$j" | json_field restore_ms)
+setup=$(echo "$j" | json_all started_ms | sort -n | tail -1)
+par_criu=$(echo "$j" | json_all criu_ms | awk '{ s += $1 } END { printf "%.0f", s / NR }')
+echo "BENCH restore_10_together_vs_one_after_another $(echo "$par $seq_ms" | awk '{ printf "%.2f", $1 / $2 }') ($par ms vs $seq_ms ms; together: every run set up after $setup ms, criu restore $par_criu ms a clone on average; one after another: criu restore $(echo $seq_criu | awk '{ printf "%.0f", $1 / 10 }') ms a clone)"
+drop_clones bfresh
 branchfs abort $MNT/@bfresh --recursive >/dev/null
+
+# What 2 vCPUs on a shared host give: 10 CPU-bound jobs together vs one
+# after another (the floor of the ratio above).
+cpu_job() { awk 'BEGIN { for (i = 0; i < 30000; i++) s += i * i }'; }
+t0=$(now)
+for i in 1 2 3 4 5 6 7 8 9 10; do cpu_job; done
+t1=$(now)
+for i in 1 2 3 4 5 6 7 8 9 10; do cpu_job & done
+wait
+t2=$(now)
+echo "BENCH cpu_10_together_vs_one_after_another $(echo "$t0 $t1 $t2" | awk '{ printf "%.2f", ($3 - $2) / ($2 - $1) }') ($(ms_between $t1 $t2) ms vs $(ms_between $t0 $t1) ms)"
+
+# Time to first output of a restored clone (the subject's DIR/first, once
+# it has read its hot pages: 1% of its allocation): eager restore, lazy
+# without a working set, lazy with the working set the lazy restores
+# recorded. Median of 3 each.
+first_output() { # NAME [--lazy]: ms from the restore's start to the clone's first output
+	t0=$(now)
+	branchfs restore $1 $MNT --clones 1 --keep $2 >/tmp/bench-restore 2>&1 &
+	bp=$!
+	b=""
+	while :; do
+		[ -z "$b" ] && b=$(sed -n 's/^restored clone 0 in branch \([^ ]*\) .*/\1/p' /tmp/bench-restore)
+		[ -n "$b" ] && [ -e $MNT/@$b/first ] && break
+		if ! kill -0 $bp 2>/dev/null; then
+			b=$(sed -n 's/^restored clone 0 in branch \([^ ]*\) .*/\1/p' /tmp/bench-restore)
+			[ -n "$b" ] && [ -e $MNT/@$b/first ] && break
+			echo "BENCH-ERROR $1 $2: $(cat /tmp/bench-restore)" >&2
+			return 1
+		fi
+		sleep 0.01
+	done
+	t1=$(now)
+	wait $bp
+	grep -q 'alloc=ok child=ok' $MNT/@$b/result || echo "BENCH-ERROR $1 $2: not restored faithfully: $(cat $MNT/@$b/result)" >&2
+	branchfs abort $MNT/@$b >/dev/null
+	ms_between $t0 $t1
+}
+for mib in 64 256 1024; do
+	n=bfirst$mib
+	branchfs create $n $MNT >/dev/null
+	branchfs run --branch $n $MNT -- sh -c "exec $PROG $MNT $mib hot </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
+	rp=$!
+	while [ ! -e $MNT/@$n/ready ] && kill -0 $rp 2>/dev/null; do sleep 0.05; done
+	if ! [ -e $MNT/@$n/ready ] || ! branchfs checkpoint $n $MNT --run-id $n >/dev/null; then
+		echo "BENCH first_output_${mib}MiB: does not fit in the guest ($(free -m | awk '/Mem:/ { print $2 }') MiB)"
+		kill $rp 2>/dev/null
+		wait $rp 2>/dev/null
+		branchfs abort $MNT/@$n --recursive >/dev/null 2>&1
+		continue
+	fi
+	wait $rp
+	ws=/data/store/branches/$n/images/1/workingset
+	eager="" lazy="" pre=""
+	for i in 1 2 3; do eager="$eager $(first_output $n)"; done
+	for i in 1 2 3; do
+		rm -f $ws
+		lazy="$lazy $(first_output $n --lazy)"
+	done
+	wsn=$(wc -l <$ws 2>/dev/null)
+	for i in 1 2 3; do pre="$pre $(first_output $n --lazy)"; done
+	e=$(echo $eager | median3) l=$(echo $lazy | median3) p=$(echo $pre | median3)
+	echo "BENCH first_output_${mib}MiB eager $e ms, lazy $l ms ($(echo "$l $e" | awk '{ printf "%.2f", $1 / $2 }')x), lazy with prefetch $p ms ($(echo "$p $e" | awk '{ printf "%.2f", $1 / $2 }')x); working set ${wsn:-0} pages (runs: eager$eager; lazy$lazy; prefetch$pre)"
+	branchfs abort $MNT/@$n --recursive >/dev/null
+done

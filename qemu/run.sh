@@ -47,7 +47,11 @@ if [ -z "$accel" ]; then
 fi
 echo "qemu-test: booting $kernel under $accel" >&2
 set +e
-timeout "$timeout_s" qemu-system-x86_64 -accel "$accel" -m 1024 -smp 2 \
+# The checkpoint benchmark's 1 GiB process needs room for itself, its
+# image (on the guest's tmpfs) and a restored copy.
+mem=1024
+[ -z "${BRANCHFS_CRIU_BENCH:-}" ] || mem=3584
+timeout "$timeout_s" qemu-system-x86_64 -accel "$accel" -m $mem -smp 2 \
 	-nographic -no-reboot -kernel "$kernel" -initrd "$work/initramfs.gz" \
 	-append "console=ttyS0 panic=-1 quiet" </dev/null | tr -d '\r' > "$work/console.log"
 qrc=${PIPESTATUS[0]}
