@@ -67,7 +67,7 @@ isolate no_isolate_control close_fds no_close_fds_control grandchild_killed fail
 partial_failure signals_during_create names_copied_once confined_view caller_killed fence_more
 no_fence_more_control fs_rebase traced_fork_events pidfds_and_attr limits view_locked winner_after_commit nproc_unprivileged perf_fork_records unstarted_child TestAvailable TestBranchFromGo
 criu_available criu_kdat_cached criu_checkpoint criu_clones_1 criu_clones_3 criu_clones_8 criu_generation_ids
-criu_fail_all criu_commit_race criu_incremental criu_lazy_restore criu_lazy_prefetch"
+criu_fail_all criu_commit_race criu_incremental criu_incremental_anon criu_lazy_restore criu_lazy_prefetch"
 results=$work/results
 awk '
 /^== go binding/ { sec = "go"; next }

@@ -20,9 +20,10 @@ func checkpointCmd() *cobra.Command {
 		Long: `Dump the process tree rooted at PID (a process of a ` + "`branchfs run`" + ` in branch NAME), or at the
 command of the run in branch ID (--run-id; a run is named by its branch), with CRIU into the store beside
 the branch. From then on the branch's files are frozen as the checkpoint's (a child branch NAME-checkpoint
-holds them). The tree is killed unless --leave-running. --incremental dumps only the pages written since
-the previous checkpoint (which must have left the tree running) where the kernel has soft-dirty bits, and
-everything otherwise; the output says which tier ran. Needs a CRIU that passes ` + "`criu check`" + `.`,
+holds them). The tree is killed unless --leave-running. --incremental stores only the pages changed since
+the previous checkpoint (which must have left the tree running): those the kernel's soft-dirty bits mark,
+or, where the kernel has none, those that differ from the previous image (the pagemap's anonymous pages,
+compared); everything when there is no previous checkpoint. The output says which tier ran. Needs a CRIU that passes ` + "`criu check`" + `.`,
 		Example: `  branchfs run --branch job /mnt/p -- ./long-job.sh &
   branchfs checkpoint job /mnt/p --run-id job --leave-running`,
 		Args: cobra.RangeArgs(2, 3),

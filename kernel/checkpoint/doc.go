@@ -21,10 +21,14 @@
 // NAME-checkpoint (the hold), so that NAME, which has a live child, is
 // read-only from then on: the checkpoint's files stay as its memory
 // expects them (the frozen-origin rule). A write that races the
-// checkpoint fails with EROFS. An incremental checkpoint dumps only the
-// pages written since the previous one, by the kernel's soft-dirty bits
-// (CRIU's --track-mem); where the kernel lacks them it dumps in full and
-// says so (tier "full"). The pagemap's anonymous bit is not used.
+// checkpoint fails with EROFS. An incremental checkpoint stores only
+// what changed since the previous one, by the best tier that works: the
+// kernel's soft-dirty bits (CRIU's --track-mem, tier "soft-dirty"); where
+// the kernel lacks them, or the previous dump did not track memory, the
+// pages the pagemap shows present and anonymous (those CRIU dumps)
+// compared with the previous image, equal ones left to it (tier
+// "anon-pagemap", incremental.go); with no previous image, everything
+// (tier "full"). The output says which tier ran.
 //
 // A restore (Restore) makes N child branches of NAME and starts, in each,
 // a run (package explore: its own mount namespace with the clone's view

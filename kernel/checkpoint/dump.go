@@ -18,6 +18,10 @@ import (
 const (
 	TierFull      = "full"       // every page
 	TierSoftDirty = "soft-dirty" // pages written since the previous checkpoint, by the kernel's soft-dirty bits
+	// Pages the pagemap shows present and anonymous (those CRIU dumps)
+	// that differ from the previous checkpoint's: where the kernel has no
+	// soft-dirty bits, or the previous dump did not track memory.
+	TierAnon = "anon-pagemap"
 )
 
 // DumpOptions tell Checkpoint what to dump and how.
@@ -61,16 +65,23 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta,
 	defer unlock()
 	meta = branch.ImageMeta{Branch: name, Tier: TierFull, RootPID: nsPID(root), MaxPID: treeMaxPID(root),
 		LeftAlive: o.LeaveRunning, TrackMem: o.LeaveRunning && softDirty()}
+	// The tiers of --incremental, best first: soft-dirty, the pagemap's
+	// anonymous pages compared with the previous image, and a full dump
+	// when there is no previous image.
 	var prev branch.ImageMeta
+	var prevDir string
 	if o.Incremental {
-		if prev, _, err = branch.LatestImage(store, name); err != nil {
+		prev, prevDir, err = branch.LatestImage(store, name)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
 			return meta, fmt.Errorf("--incremental: %w", err)
-		}
-		if !prev.LeftAlive || prev.RootPID != meta.RootPID {
+		case !prev.LeftAlive || prev.RootPID != meta.RootPID:
 			return meta, fmt.Errorf("--incremental: the previous checkpoint (%d) is of another process tree, or did not leave it running", prev.Gen)
-		}
-		if prev.TrackMem {
+		case prev.TrackMem:
 			meta.Tier, meta.Parent = TierSoftDirty, prev.Gen
+		default:
+			meta.Tier, meta.Parent = TierAnon, prev.Gen
 		}
 	}
 	// The hold freezes the branch's files before the memory is taken.
@@ -113,7 +124,7 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta,
 	if meta.TrackMem {
 		args = append(args, "--track-mem")
 	}
-	if meta.Parent != 0 {
+	if meta.Tier == TierSoftDirty {
 		// Relative to -D, which is STORE/tmp/X.
 		args = append(args, "--prev-images-dir", filepath.Join("..", "..", "branches", name, "images", strconv.Itoa(meta.Parent)))
 	}
@@ -146,6 +157,11 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta,
 		os.Remove(link)
 		if err := os.Symlink(filepath.Join("..", strconv.Itoa(meta.Parent)), link); err != nil {
 			return fail(err)
+		}
+	}
+	if meta.Tier == TierAnon {
+		if err := dedupe(staged, prevDir); err != nil {
+			return fail(fmt.Errorf("comparing with checkpoint %d: %w", prev.Gen, err))
 		}
 	}
 	meta.Pages = countPages(staged)

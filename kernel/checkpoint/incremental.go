@@ -1,0 +1,103 @@
+package checkpoint
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// dedupe turns the full dump in dir into an incremental one against the
+// image in prev (the anon-pagemap tier): CRIU dumped every page the
+// pagemap shows present and anonymous; each page equal to the one at the
+// same address of the same process in prev (or its parents) is dropped
+// from the pages file and marked in-parent, as a soft-dirty dump marks a
+// page not written since. Without soft-dirty bits nothing tells which
+// pages were written, so the content decides: a page is kept unless it is
+// the same. The caller links dir/parent to prev.
+func dedupe(dir, prev string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		num, ok := strings.CutPrefix(e.Name(), "pagemap-")
+		num, ok2 := strings.CutSuffix(num, ".img")
+		pid, err := strconv.Atoi(num)
+		if !ok || !ok2 || err != nil {
+			continue // not a process's pagemap (pagemap-shmem-N.img, ...)
+		}
+		if err := dedupeProcess(dir, prev, pid); err != nil {
+			return fmt.Errorf("process %d: %w", pid, err)
+		}
+	}
+	return nil
+}
+
+func dedupeProcess(dir, prev string, pid int) error {
+	id, entries, err := readPagemapFile(pagemapPath(dir, pid))
+	if err != nil {
+		return err
+	}
+	old, err := openPagemap(prev, pid)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // a process the previous image lacks: all of it is new
+	}
+	if err != nil {
+		return err
+	}
+	defer old.close()
+	pagesPath := filepath.Join(dir, fmt.Sprintf("pages-%d.img", id))
+	in, err := os.Open(pagesPath)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp := pagesPath + ".new"
+	out, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	page, was := make([]byte, pageSize), make([]byte, pageSize)
+	var kept []pmEntry
+	for _, e := range entries {
+		if e.flags&pePresent == 0 {
+			kept = append(kept, e)
+			continue
+		}
+		// Runs of pages that stay and of pages the parent has.
+		var run *pmEntry
+		for i := uint32(0); i < e.pages; i++ {
+			vaddr := e.vaddr + uint64(i)*pageSize
+			if _, err := io.ReadFull(in, page); err != nil {
+				out.Close()
+				return err
+			}
+			same := old.readPages(vaddr, was) == nil && bytes.Equal(page, was)
+			flags := e.flags
+			if same {
+				flags = flags&^pePresent | peParent
+			} else if _, err := out.Write(page); err != nil {
+				out.Close()
+				return err
+			}
+			if run == nil || run.flags != flags {
+				kept = append(kept, pmEntry{vaddr: vaddr, flags: flags})
+				run = &kept[len(kept)-1]
+			}
+			run.pages++
+		}
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, pagesPath); err != nil {
+		return err
+	}
+	return writePagemapFile(pagemapPath(dir, pid), id, kept)
+}
