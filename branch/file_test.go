@@ -246,3 +246,77 @@ func TestCreateInOwnDirectory(t *testing.T) {
 		}
 	}
 }
+
+// TestKeptDirectoriesFollowChanges: the descriptors of the view's own
+// directories that requests keep (layer.dirFd) name what the path names
+// after a rename, an rmdir and a mkdir of the directory, and after a
+// child's commit replaced it.
+func TestKeptDirectoriesFollowChanges(t *testing.T) {
+	s, _ := newStore(t)
+	v, err := s.Create("b", MainName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(v *View, rels ...string) {
+		t.Helper()
+		for _, rel := range rels {
+			if _, err := v.Mkdir(rel, 0o755, me); err != nil {
+				t.Fatalf("mkdir %s: %v", rel, err)
+			}
+		}
+	}
+	create := func(v *View, rel string) error {
+		f, _, err := v.Create(rel, unix.O_WRONLY|unix.O_EXCL, 0o644, me)
+		if err == nil {
+			f.Close()
+		}
+		return err
+	}
+	exists := func(v *View, rel string, want bool) {
+		t.Helper()
+		if _, err := v.Stat(rel); (err == nil) != want {
+			t.Errorf("stat %s: %v, want it there: %v", rel, err, want)
+		}
+	}
+	mk(v, "a", "a/b")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(create(v, "a/b/f"))
+	exists(v, "a/b/f", true)
+	must(v.Rename("a/b", "a/c", 0))
+	exists(v, "a/b/f", false)
+	exists(v, "a/c/f", true)
+	if err := create(v, "a/b/g"); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("create in a renamed directory's old name: %v, want ENOENT", err)
+	}
+	mk(v, "a/b")
+	must(create(v, "a/b/g"))
+	exists(v, "a/c/g", false)
+	must(v.Unlink("a/b/g"))
+	must(v.Rmdir("a/b"))
+	exists(v, "a/b", false)
+	if err := v.Unlink("a/b/g"); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("unlink in a removed directory: %v, want ENOENT", err)
+	}
+	// A child replaces a/c with a directory of its own.
+	exists(v, "a/c/f", true)
+	c, err := s.Create("c", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(c.Unlink("a/c/f"))
+	must(c.Rmdir("a/c"))
+	mk(c, "a/c")
+	must(create(c, "a/c/new"))
+	if _, err := s.Commit("c"); err != nil {
+		t.Fatal(err)
+	}
+	exists(v, "a/c/new", true)
+	exists(v, "a/c/f", false)
+	must(create(v, "a/c/g"))
+	exists(v, "a/c/g", true)
+}

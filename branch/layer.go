@@ -46,6 +46,106 @@ type layer struct {
 
 	mu     sync.Mutex   // serializes making an absent layer's directory
 	rootFd atomic.Int64 // O_PATH descriptor of dir; -1 while absent or closed
+	dirs   dirFds       // of a view's own delta layer (see dirFd)
+}
+
+// dirFds keeps O_PATH descriptors of the directories of a view's own delta
+// layer that requests named last: tar, cp and rm work in one directory
+// after another, and each name of one then costs an *at call on it, not a
+// walk of the path from the root with an open and a close. Only the view
+// changes its own layer, and every change of a directory (mkdir, rmdir,
+// rename, a copy-up, a child's commit) calls View.invalidate, which
+// forgets them; a request that took a descriptor before runs concurrently
+// with that change, and may see the directory as it was.
+type dirFds struct {
+	mu   sync.Mutex
+	ents [4]*dirFd
+	next int    // the entry replaced next
+	gen  uint64 // counts forget calls
+}
+
+type dirFd struct {
+	rel  string
+	fd   int
+	refs int  // holders of fd, the cache not included
+	gone bool // out of the cache: the last holder closes fd
+}
+
+// dirFd returns an O_PATH descriptor of directory rel beneath the layer
+// root, and the function that gives it back. A delta layer's descriptors
+// are kept for the next request (dirFds); use it only for a view's own
+// layer. Preconditions: the view is locked (View.Lock).
+func (l *layer) dirFd(rel string) (int, func(), error) {
+	if rel == "" {
+		if fd := l.fd(); fd >= 0 {
+			return fd, func() {}, nil
+		}
+		return -1, nil, unix.ENOENT
+	}
+	if !l.delta {
+		fd, err := l.open(rel, unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return -1, nil, err
+		}
+		return fd, func() { unix.Close(fd) }, nil
+	}
+	c := &l.dirs
+	c.mu.Lock()
+	for _, d := range c.ents {
+		if d != nil && d.rel == rel {
+			d.refs++
+			c.mu.Unlock()
+			return d.fd, func() { c.put(d) }, nil
+		}
+	}
+	gen := c.gen
+	c.mu.Unlock()
+	fd, err := l.open(rel, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return -1, nil, err
+	}
+	d := &dirFd{rel: rel, fd: fd, refs: 1}
+	c.mu.Lock()
+	if c.gen != gen {
+		d.gone = true // opened before a change: not for later requests
+	} else {
+		if old := c.ents[c.next]; old != nil {
+			c.drop(old)
+		}
+		c.ents[c.next] = d
+		c.next = (c.next + 1) % len(c.ents)
+	}
+	c.mu.Unlock()
+	return fd, func() { c.put(d) }, nil
+}
+
+func (c *dirFds) put(d *dirFd) {
+	c.mu.Lock()
+	if d.refs--; d.refs == 0 && d.gone {
+		unix.Close(d.fd)
+	}
+	c.mu.Unlock()
+}
+
+// drop takes d out of the cache. Preconditions: c.mu held.
+func (c *dirFds) drop(d *dirFd) {
+	d.gone = true
+	if d.refs == 0 {
+		unix.Close(d.fd)
+	}
+}
+
+// forget drops every kept descriptor: directories of the layer changed.
+func (c *dirFds) forget() {
+	c.mu.Lock()
+	c.gen++
+	for i, d := range c.ents {
+		if d != nil {
+			c.drop(d)
+			c.ents[i] = nil
+		}
+	}
+	c.mu.Unlock()
 }
 
 func openLayer(dir string, delta bool) (*layer, error) {
@@ -74,6 +174,7 @@ func (l *layer) fd() int       { return int(l.rootFd.Load()) }
 func (l *layer) present() bool { return l.fd() >= 0 }
 
 func (l *layer) close() {
+	l.dirs.forget()
 	if fd := l.rootFd.Swap(-1); fd >= 0 {
 		unix.Close(int(fd))
 	}

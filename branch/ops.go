@@ -225,10 +225,11 @@ func (v *View) Create(rel string, flags int, mode uint32, o Owner) (*File, *Entr
 // createInTop is Create for a name whose directory only the top layer
 // shows (one the view made, or any in a view of one layer): no layer below
 // can show the name, so the exclusive create is its lookup too. That takes
-// an openat2 and an fstat, against a lookup, an open of the directory, the
-// create and a close. ok false: the name exists (perhaps as a tombstone),
-// the directory is not the top layer's alone or something failed, and
-// Create takes the general way, which finds out which.
+// an openat in the directory's kept descriptor (layer.dirFd) and an fstat,
+// against a lookup, an open of the directory, the create and a close. ok
+// false: the name exists (perhaps as a tombstone), the directory is not
+// the top layer's alone or something failed, and Create takes the general
+// way, which finds out which.
 func (v *View) createInTop(rel string, flags int, mode uint32, o Owner) (f *File, e *Entry, ok bool) {
 	if rel == "" || isStageName(rel) || v.beginWrite() != nil {
 		return nil, nil, false
@@ -237,27 +238,40 @@ func (v *View) createInTop(rel string, flags int, mode uint32, o Owner) (f *File
 	if dl, err := v.dirLayers(trimSlash(dir)); err != nil || len(dl) != 1 || dl[0] != 0 {
 		return nil, nil, false
 	}
-	top := v.layers[0]
-	fd, err := top.open(rel, flags&openFlags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, mode&07777) // openat2 refuses S_IFREG
+	top, pfd, done := v.layers[0], -1, func() {}
+	var fd int
+	var err error
+	if top.delta {
+		if pfd, done, err = top.dirFd(trimSlash(dir)); err != nil {
+			return nil, nil, false
+		}
+		defer done()
+		fd, err = unix.Openat(pfd, name, flags&openFlags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	} else { // the main view's base: one openat2, the directory not kept
+		fd, err = top.open(rel, flags&openFlags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, mode&07777) // openat2 refuses S_IFREG
+	}
 	if err != nil {
 		return nil, nil, false
 	}
 	e = &Entry{Layer: 0}
 	err = unix.Fstat(fd, &e.Stat)
 	if err == nil && (e.Stat.Uid != o.Uid || e.Stat.Gid != o.Gid) {
-		var pfd int
-		if pfd, _, err = top.parent(rel); err == nil {
+		if pfd < 0 {
+			if pfd, _, err = top.parent(rel); err == nil {
+				defer unix.Close(pfd)
+			}
+		}
+		if err == nil {
 			var changed bool
 			if changed, err = ownStat(pfd, name, &e.Stat, o, mode); changed && err == nil {
 				err = unix.Fstat(fd, &e.Stat)
 			}
-			if err != nil {
-				unix.Unlinkat(pfd, name, 0)
-			}
-			unix.Close(pfd)
 		}
 	}
 	if err != nil {
+		if pfd >= 0 {
+			unix.Unlinkat(pfd, name, 0)
+		}
 		unix.Close(fd)
 		return nil, nil, false
 	}
@@ -692,11 +706,11 @@ func (v *View) inTopDir(rel string, fn func(pfd int, name string, st *unix.Stat_
 		return nil, false
 	}
 	top := v.layers[0]
-	pfd, err := top.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	pfd, done, err := top.dirFd(dir)
 	if err != nil {
 		return nil, false
 	}
-	defer unix.Close(pfd)
+	defer done()
 	var st unix.Stat_t
 	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return err, true

@@ -149,6 +149,7 @@ func (v *View) invalidate() {
 	v.cacheGen++
 	clear(v.dirs)
 	v.cacheMu.Unlock()
+	v.layers[0].dirs.forget()
 }
 
 // Entry is what a path resolves to in a view.
@@ -258,15 +259,14 @@ func (v *View) lookupTomb(parentLayers []int, rel, name string, merge bool) (*En
 	var e *Entry
 	tomb := -1
 	for _, i := range parentLayers {
-		l := v.layers[i]
-		st, err := l.lstat(rel)
+		st, tombHere, opaque, err := v.probe(i, rel, merge)
 		if isNotExist(err) {
 			continue
 		}
 		if err != nil {
 			return nil, -1, err
 		}
-		if l.isWhiteoutRel(rel, &st) {
+		if tombHere {
 			tomb = i
 			break
 		}
@@ -283,7 +283,7 @@ func (v *View) lookupTomb(parentLayers []int, rel, name string, merge bool) (*En
 			break
 		}
 		e.dirs = append(e.dirs, i)
-		if l.isOpaque(rel) {
+		if opaque {
 			break
 		}
 	}
@@ -291,6 +291,41 @@ func (v *View) lookupTomb(parentLayers []int, rel, name string, merge bool) (*En
 		return nil, tomb, unix.ENOENT
 	}
 	return e, tomb, nil
+}
+
+// probe looks rel up in layer i: its attributes, whether it is a tombstone
+// and, for a directory if merge is set, whether it is opaque. In the view's
+// own layer, a name below the root is looked up in its directory's kept
+// descriptor (layer.dirFd): one fstatat, against an open, an fstat and a
+// close, and the opaque mark without another open and close.
+func (v *View) probe(i int, rel string, merge bool) (st unix.Stat_t, tomb, opaque bool, err error) {
+	l := v.layers[i]
+	dir, name := path.Split(rel)
+	if i != 0 || !l.delta || dir == "" {
+		if st, err = l.lstat(rel); err != nil {
+			return st, false, false, err
+		}
+		if l.isWhiteoutRel(rel, &st) {
+			return st, true, false, nil
+		}
+		return st, false, merge && st.Mode&unix.S_IFMT == unix.S_IFDIR && l.isOpaque(rel), nil
+	}
+	pfd, done, err := l.dirFd(trimSlash(dir))
+	if err != nil {
+		return st, false, false, err
+	}
+	defer done()
+	if err = unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return st, false, false, err
+	}
+	if isWhiteout(pfd, name, &st) {
+		return st, true, false, nil
+	}
+	if merge && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		_, err := getxattrAt(pfd, name, opaqueXattr, nil)
+		opaque = err == nil
+	}
+	return st, false, opaque, nil
 }
 
 // atShown calls fn with a directory (O_PATH) and a name in it that stand
