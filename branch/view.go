@@ -349,7 +349,14 @@ func (v *View) atShown(rel string, fn func(dirfd int, name string) error) error 
 	}
 	for _, i := range layers {
 		l := v.layers[i]
-		pfd, err := l.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+		var pfd int
+		var done func()
+		var err error
+		if i == 0 { // the view's own layer: its kept descriptor (layer.dirFd)
+			pfd, done, err = l.dirFd(dir)
+		} else if pfd, err = l.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0); err == nil {
+			done = func() { unix.Close(pfd) }
+		}
 		if isNotExist(err) {
 			continue
 		}
@@ -360,7 +367,7 @@ func (v *View) atShown(rel string, fn func(dirfd int, name string) error) error 
 			var st unix.Stat_t
 			err = unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
 			if err == nil && isWhiteout(pfd, name, &st) {
-				unix.Close(pfd)
+				done()
 				return unix.ENOENT
 			}
 		}
@@ -368,7 +375,7 @@ func (v *View) atShown(rel string, fn func(dirfd int, name string) error) error 
 			// In the base, fn's ENOENT tells that the name is not there.
 			err = fn(pfd, name)
 		}
-		unix.Close(pfd)
+		done()
 		if !isNotExist(err) {
 			return err
 		}
