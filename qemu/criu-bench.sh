@@ -50,7 +50,7 @@ branchfs abort $MNT/@bfresh --recursive >/dev/null
 
 # What 2 vCPUs on a shared host give: 10 CPU-bound jobs together vs one
 # after another (the floor of the ratio above).
-cpu_job() { awk 'BEGIN { for (i = 0; i < 30000; i++) s += i * i }'; }
+cpu_job() { awk 'BEGIN { for (i = 0; i < 100000; i++) s += i * i }'; }
 t0=$(now)
 for i in 1 2 3 4 5 6 7 8 9 10; do cpu_job; done
 t1=$(now)
