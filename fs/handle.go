@@ -210,6 +210,9 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 	return uint32(n), 0
 }
 
+// copyChunk is the most one COPY_FILE_RANGE copies.
+const copyChunk = 8 << 20
+
 // CopyFileRange copies between two open files of the mount in the kernel
 // (copy_file_range(2) on the files below): cp, for one, asks first, and
 // without it the kernel falls back to a READ and a WRITE round trip per
@@ -221,7 +224,14 @@ func (n *Node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn ui
 	if !ok1 || !ok2 || flags != 0 {
 		return 0, syscall.EOPNOTSUPP
 	}
-	c, err := to.f.CopyFrom(in.f, int64(offIn), int64(offOut), int(min(size, 1<<30)))
+	// Under the store's lock, as a commit or a child's creation must
+	// not happen while the copy writes; a bounded part at a time, so that
+	// they wait for no more than that. The caller asks again for the rest.
+	if err := n.view.Lock(); err != nil {
+		return 0, toErrno(err)
+	}
+	defer n.view.Unlock()
+	c, err := to.f.CopyFrom(in.f, int64(offIn), int64(offOut), int(min(size, copyChunk)))
 	if err != nil {
 		return uint32(max(c, 0)), toErrno(err)
 	}
