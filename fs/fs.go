@@ -83,8 +83,11 @@ type FS struct {
 	start time.Time
 	owner uint32 // the user who mounted: the daemon's
 
-	mu    sync.Mutex
-	use   map[*branch.View]*viewUse
+	mu  sync.Mutex
+	use map[*branch.View]*viewUse
+	// open holds the nodes with open file handles, by view: those whose
+	// names are gone are in no tree that notifyTree walks.
+	open  map[*branch.View]map[*Node]int
 	nodes int // nodes the kernel knows through branch views (trim.go)
 
 	trimming atomic.Bool

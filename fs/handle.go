@@ -48,6 +48,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 // never for a copy made since.
 func (n *Node) newHandle(f *branch.File, identical bool, size int64) (*fileHandle, uint32) {
 	h := &fileHandle{node: n, f: f}
+	n.fsys.nodeOpened(n, 1)
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
 	switch {
@@ -281,5 +282,46 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 		n.openDirect--
 	}
 	n.openMu.Unlock()
+	n.fsys.nodeOpened(n, -1)
 	return toErrno(h.f.Close())
+}
+
+// nodeOpened counts n's open handles by view (FS.open).
+func (f *FS) nodeOpened(n *Node, d int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.open == nil {
+		f.open = map[*branch.View]map[*Node]int{}
+	}
+	m := f.open[n.view]
+	if m == nil {
+		m = map[*Node]int{}
+		f.open[n.view] = m
+	}
+	if m[n] += d; m[n] <= 0 {
+		delete(m, n)
+		if len(m) == 0 {
+			delete(f.open, n.view)
+		}
+	}
+}
+
+// notifyOpen drops the cached attributes and pages of the open files of
+// the views named names that now fail, named or not, and stops their
+// handles from answering for a name.
+func (f *FS) notifyOpen(name string) {
+	var nodes []*Node
+	f.mu.Lock()
+	for v, m := range f.open {
+		if v.Name() == name && v.Check() != nil {
+			for n := range m {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	f.mu.Unlock()
+	for _, n := range nodes {
+		n.forgetTops()
+		n.NotifyContent(0, 0)
+	}
 }

@@ -67,6 +67,7 @@ func (f *FS) viewFailing(name string) {
 	if r := f.viewRoot(name); r != nil {
 		notifyTree(&r.Inode)
 	}
+	f.notifyOpen(name)
 }
 
 // viewsEnded does for views whose names are gone (a committed branch, the
@@ -91,6 +92,7 @@ func (f *FS) viewsEnded(names []string) {
 			f.viewFailing(name)
 			continue
 		}
+		f.notifyOpen(name)
 		if r := f.viewRoot(name); r != nil {
 			notifyHeld(&r.Inode)
 			later = append(later, ended{name, r})
