@@ -175,3 +175,31 @@ func TestSameNameAfterEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestEndedViewSubdirOpen: once an abort returns, opening a directory the
+// kernel knows below a held directory of the branch fails with ESTALE.
+func TestEndedViewSubdirOpen(t *testing.T) {
+	m := newMount(t, "off")
+	opened := 0
+	for i := 0; i < 20; i++ {
+		b := m.create("b")
+		must(t, os.MkdirAll(filepath.Join(b, "dir", "sub"), 0o755))
+		wd, err := os.Open(filepath.Join(b, "dir"))
+		must(t, err)
+		if _, err := os.Stat(filepath.Join(b, "dir", "sub")); err != nil {
+			t.Fatal(err)
+		}
+		must(t, ioctl(t, b, kernel.Abort))
+		fd, err := unix.Openat(int(wd.Fd()), "sub", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err == nil {
+			opened++
+			unix.Close(fd)
+		} else if !errors.Is(err, syscall.ESTALE) {
+			t.Errorf("open: %v, want ESTALE", err)
+		}
+		wd.Close()
+	}
+	if opened > 0 {
+		t.Errorf("%d of 20 opens of a known directory below a held one succeeded after the abort returned", opened)
+	}
+}
