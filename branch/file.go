@@ -122,11 +122,26 @@ func (f *File) ReadAt(buf []byte, off int64) (int, error) {
 	return unix.Pread(f.cur(), buf, off)
 }
 
+// lockWritable takes the store's lock shared, as every view operation
+// does, and checks that f's view may be written: no commit or child's
+// creation, which take the lock exclusively, comes between the check and
+// the change the caller makes, even one made on a goroutine of its own (a
+// long copy_file_range, a fallocate). Unlock with f.view.Unlock.
+func (f *File) lockWritable() error {
+	f.view.store.mu.RLock()
+	if err := f.view.CheckWritable(); err != nil {
+		f.view.store.mu.RUnlock()
+		return err
+	}
+	return nil
+}
+
 // WriteAt is pwrite(2).
 func (f *File) WriteAt(data []byte, off int64) (int, error) {
-	if err := f.view.CheckWritable(); err != nil {
+	if err := f.lockWritable(); err != nil {
 		return 0, err
 	}
+	defer f.view.Unlock()
 	return unix.Pwrite(f.cur(), data, off)
 }
 
@@ -136,10 +151,11 @@ func (f *File) WriteAt(data []byte, off int64) (int, error) {
 // between them; the kernel then copies by reads and writes. (ENOSYS would
 // make it stop asking for good.)
 func (f *File) CopyFrom(src *File, offIn, offOut int64, n int) (int, error) {
-	if err := src.view.Check(); err != nil {
+	if err := f.lockWritable(); err != nil {
 		return 0, err
 	}
-	if err := f.view.CheckWritable(); err != nil {
+	defer f.view.Unlock()
+	if err := src.view.Check(); err != nil {
 		return 0, err
 	}
 	c, err := unix.CopyFileRange(src.cur(), &offIn, f.cur(), &offOut, n, 0)
@@ -172,9 +188,10 @@ func (f *File) Sync(dataOnly bool) error {
 
 // Allocate is fallocate(2).
 func (f *File) Allocate(mode uint32, off, size int64) error {
-	if err := f.view.CheckWritable(); err != nil {
+	if err := f.lockWritable(); err != nil {
 		return err
 	}
+	defer f.view.Unlock()
 	return unix.Fallocate(f.cur(), mode, off, size)
 }
 

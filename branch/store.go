@@ -16,7 +16,8 @@
 //	STORE/tmp/, STORE/trash/   staging for creation and deletion
 //
 // Locking. Store.mu is the outermost lock. Every view operation holds it
-// shared, from its first lookup to its last change (View.Lock, LockRoot);
+// shared, from its first lookup to its last change (View.Lock, LockRoot),
+// and so does every change to an open File's data (File.lockWritable);
 // create, commit, abort and close hold it exclusively, so that no operation
 // sees half of a commit. Inside it, and never around it, are leaves under
 // which no other lock is taken: View.cacheMu (a view's cache of directory

@@ -225,13 +225,9 @@ func (n *Node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn ui
 	if !ok1 || !ok2 || flags != 0 {
 		return 0, syscall.EOPNOTSUPP
 	}
-	// Under the store's lock, as a commit or a child's creation must
-	// not happen while the copy writes; a bounded part at a time, so that
-	// they wait for no more than that. The caller asks again for the rest.
-	if err := n.view.Lock(); err != nil {
-		return 0, toErrno(err)
-	}
-	defer n.view.Unlock()
+	// A bounded part at a time, under the store's lock (CopyFrom), so that
+	// a commit or a child's creation waits for no more than that; the
+	// caller asks again for the rest.
 	c, err := to.f.CopyFrom(in.f, int64(offIn), int64(offOut), int(min(size, copyChunk)))
 	if err != nil {
 		return uint32(max(c, 0)), toErrno(err)

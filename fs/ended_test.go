@@ -1,5 +1,9 @@
 package fs_test
 
+// What a view's end or staleness does to what is in flight or held: open
+// files with or without a name, copies still running, directories a process
+// holds, and a new branch that takes the old one's name.
+
 import (
 	"errors"
 	"os"
@@ -99,7 +103,7 @@ func bigBaseFile(t *testing.T, m *mount, size int64) {
 // the base after that: the commit holds all of the branch or none of it.
 func TestCopyRangeEndsWithCommit(t *testing.T) {
 	m := newMount(t, "off")
-	const size = 512 << 20
+	const size = 128 << 20
 	bigBaseFile(t, m, size)
 	b := m.create("b")
 	done := bigCopy(t, m, b, size)
@@ -120,7 +124,7 @@ func TestCopyRangeEndsWithCommit(t *testing.T) {
 // it was made: the parent is frozen from then on.
 func TestCopyRangeFrozenByChild(t *testing.T) {
 	m := newMount(t, "off")
-	const size = 512 << 20
+	const size = 128 << 20
 	bigBaseFile(t, m, size)
 	b := m.create("b")
 	done := bigCopy(t, m, b, size)
