@@ -230,6 +230,16 @@ func (s *Store) prepare(c *commitRun) error {
 // the commit reports: cause, or ErrUnfinished when the rollback failed too.
 // Preconditions: s.mu held exclusively.
 func (s *Store) rollbackLocked(c *commitRun, at int64, cause error) error {
+	// Whatever the undo leaves, names moved in both layers, and what the
+	// two views keep of their directories (layering, kept descriptors) may
+	// name what moved.
+	defer func() {
+		for _, name := range []string{c.j.Name, c.j.Parent} {
+			if b, err := s.lookupBranch(name); err == nil && b.view != nil {
+				b.view.invalidate()
+			}
+		}
+	}()
 	err := c.undo()
 	if err == nil {
 		err = failpoint("commit-rolled-back")
