@@ -238,10 +238,11 @@ func (v *View) createInTop(rel string, flags int, mode uint32, o Owner) (f *File
 	if dl, err := v.dirLayers(trimSlash(dir)); err != nil || len(dl) != 1 || dl[0] != 0 {
 		return nil, nil, false
 	}
-	top, pfd, done := v.layers[0], -1, func() {}
+	top, pfd := v.layers[0], -1
 	var fd int
 	var err error
 	if top.delta {
+		var done func()
 		if pfd, done, err = top.dirFd(trimSlash(dir)); err != nil {
 			return nil, nil, false
 		}
