@@ -1633,6 +1633,82 @@ static void test_unstarted(void)
 	pass(test);
 }
 
+/*
+ * A child killed before the verdict, by cgroup.kill (no pid lookup finds
+ * it then), with the caller: it waits for the verdict, which the dying
+ * caller still gives, and dies; nothing is left, neither a task in the
+ * cgroup nor a branch.  The tracer holds the caller at its first fork
+ * event, so the kill comes while the child waits at the gate.
+ */
+static void test_gate_cgroup_kill(void)
+{
+	const char *test = "gate_cgroup_kill";
+	const char *cg = "/sys/fs/cgroup/branch_test";
+	long deadline = now_ns() + 20 * 1000000000L;
+	int st, forks = 0, caller_killed = 0;
+	char path[128], buf[256];
+	pid_t pid, w;
+
+	if (mount("none", "/sys/fs/cgroup", "cgroup2", 0, NULL) && errno != EBUSY) {
+		fail(test, "mount cgroup2: %s", strerror(errno));
+		return;
+	}
+	if (mkdir(cg, 0755) && errno != EEXIST) {
+		fail(test, "mkdir %s: %s", cg, strerror(errno));
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/cgroup.procs", cg);
+	pid = fork();
+	if (pid == 0) {
+		char names[4][BR_NAME_MAX];
+		pid_t pids[4];
+
+		if (write_file(path, "0"))
+			_exit(20);
+		ptrace(PTRACE_TRACEME, 0, 0, 0);
+		raise(SIGSTOP);
+		create(MNT, BR_FS, 4, pids, names);
+		_exit(1);	/* the caller, or a child that started */
+	}
+	if (waitpid(pid, &st, 0) != pid || !WIFSTOPPED(st)) {
+		fail(test, "tracee did not stop: %#x", st);
+		return;
+	}
+	ptrace(PTRACE_SETOPTIONS, pid, 0, PTRACE_O_TRACEFORK);
+	ptrace(PTRACE_CONT, pid, 0, 0);
+	while (now_ns() < deadline) {
+		w = waitpid(-1, &st, __WALL);
+		if (w < 0)
+			break;
+		if (WIFEXITED(st) || WIFSIGNALED(st)) {
+			if (w == pid)
+				caller_killed = killed(st);
+			else if (!killed(st))
+				fail(test, "a child ended with %#x, not by SIGKILL", st);
+			continue;
+		}
+		if (w == pid && st >> 8 == (SIGTRAP | (PTRACE_EVENT_FORK << 8)) && !forks++) {
+			snprintf(buf, sizeof(buf), "%s/cgroup.kill", cg);
+			if (write_file(buf, "1"))
+				fail(test, "cgroup.kill: %s", strerror(errno));
+		}
+		ptrace(PTRACE_CONT, w, 0, 0);
+	}
+	if (!caller_killed)
+		fail(test, "the caller was not killed");
+	/* Every task of the cgroup is gone, the child too. */
+	snprintf(path, sizeof(path), "%s/cgroup.events", cg);
+	while ((read_file(path, buf, sizeof(buf)) || !strstr(buf, "populated 0")) && now_ns() < deadline)
+		usleep(1000);
+	if (!strstr(buf, "populated 0"))
+		fail(test, "tasks left in the cgroup: %s", buf);
+	if (rmdir(cg))
+		fail(test, "rmdir %s: %s", cg, strerror(errno));
+	if (wait_views(MNT, 0))
+		fail(test, "%d branches left", count_views(MNT));
+	pass(test);
+}
+
 /* The view a BR_FS child gets is locked: no unmount reveals the parent's. */
 static void test_view_locked(void)
 {
@@ -1874,6 +1950,7 @@ static void run_winner(const char *arg) { (void)arg; test_winner_after_commit();
 static void run_nproc(const char *arg) { (void)arg; test_nproc_unprivileged(); }
 static void run_perf(const char *arg) { (void)arg; test_perf_fork(); }
 static void run_unstarted(const char *arg) { (void)arg; test_unstarted(); }
+static void run_cgkill(const char *arg) { (void)arg; test_gate_cgroup_kill(); }
 
 static const struct test {
 	const char *name;
@@ -1910,6 +1987,7 @@ static const struct test {
 	{ "nproc_unprivileged", run_nproc, NULL },
 	{ "perf_fork_records", run_perf, NULL },
 	{ "unstarted_child", run_unstarted, NULL },
+	{ "gate_cgroup_kill", run_cgkill, NULL },
 };
 
 #define N_TESTS (sizeof(tests) / sizeof(tests[0]))
