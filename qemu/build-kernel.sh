@@ -71,6 +71,15 @@ done
 build=$CACHE/build
 [ $variant = plain ] || build=$CACHE/build-$variant
 mkdir -p "$build"
+# The fresh tree has the tarball's old times, so make keeps an object built
+# from a patched file that no patch touches now (a patch dropped or changed
+# since): touch every file the last build's patches or these touch.
+touched=$build/.branchfs-patched-files
+sed -n 's#^+++ b/\([^\t]*\).*#\1#p' "$repo"/prototype/patches/*.patch | sort -u > "$touched.new"
+{ cat "$touched.new"; cat "$touched" 2>/dev/null || true; } | sort -u | while IFS= read -r f; do
+	if [ -e "$src/$f" ]; then touch "$src/$f"; fi
+done
+mv "$touched.new" "$touched"
 export CCACHE_DIR=$CACHE/ccache CCACHE_BASEDIR=$src CCACHE_NOHASHDIR=1
 cc="gcc"
 command -v ccache >/dev/null && cc="ccache gcc"
