@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -58,12 +59,17 @@ func dedupeProcess(dir, prev string, pid int) error {
 	}
 	defer in.Close()
 	tmp := pagesPath + ".new"
-	out, err := os.Create(tmp)
+	f, err := os.Create(tmp)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp)
-	page, was := make([]byte, pageSize), make([]byte, pageSize)
+	defer f.Close()
+	out := bufio.NewWriterSize(f, 1<<20)
+	// Pages are compared a chunk at a time: one read of each image per
+	// chunk, not per page (the pages are mostly where they were).
+	const chunk = 256
+	cur, was := make([]byte, chunk*pageSize), make([]byte, chunk*pageSize)
 	var kept []pmEntry
 	for _, e := range entries {
 		if e.flags&pePresent == 0 {
@@ -72,28 +78,35 @@ func dedupeProcess(dir, prev string, pid int) error {
 		}
 		// Runs of pages that stay and of pages the parent has.
 		var run *pmEntry
-		for i := uint32(0); i < e.pages; i++ {
-			vaddr := e.vaddr + uint64(i)*pageSize
-			if _, err := io.ReadFull(in, page); err != nil {
-				out.Close()
+		for i := uint32(0); i < e.pages; i += chunk {
+			n := min(chunk, e.pages-i)
+			base := e.vaddr + uint64(i)*pageSize
+			if _, err := io.ReadFull(in, cur[:n*pageSize]); err != nil {
 				return err
 			}
-			same := old.readPages(vaddr, was) == nil && bytes.Equal(page, was)
-			flags := e.flags
-			if same {
-				flags = flags&^pePresent | peParent
-			} else if _, err := out.Write(page); err != nil {
-				out.Close()
-				return err
+			whole := old.readPages(base, was[:n*pageSize]) == nil
+			for j := uint32(0); j < n; j++ {
+				vaddr := base + uint64(j)*pageSize
+				page, prev := cur[j*pageSize:(j+1)*pageSize], was[j*pageSize:(j+1)*pageSize]
+				same := (whole || old.readPages(vaddr, prev) == nil) && bytes.Equal(page, prev)
+				flags := e.flags
+				if same {
+					flags = flags&^pePresent | peParent
+				} else if _, err := out.Write(page); err != nil {
+					return err
+				}
+				if run == nil || run.flags != flags {
+					kept = append(kept, pmEntry{vaddr: vaddr, flags: flags})
+					run = &kept[len(kept)-1]
+				}
+				run.pages++
 			}
-			if run == nil || run.flags != flags {
-				kept = append(kept, pmEntry{vaddr: vaddr, flags: flags})
-				run = &kept[len(kept)-1]
-			}
-			run.pages++
 		}
 	}
-	if err := out.Close(); err != nil {
+	if err := out.Flush(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, pagesPath); err != nil {
