@@ -31,8 +31,12 @@ func (b *bench) dir(name string) string {
 
 // mountBranchfs mounts base with its own store and returns the mount point.
 func (b *bench) mountBranchfs(name, base, passthrough string) string {
+	return b.mountBranchfsStore(name, base, b.storeDir(name), passthrough)
+}
+
+// mountBranchfsStore is mountBranchfs with the store at store.
+func (b *bench) mountBranchfsStore(name, base, store, passthrough string) string {
 	mnt := b.dir(name + "-mnt")
-	store := b.storeDir(name)
 	out, err := exec.Command(b.bin, "mount", "--base", base, "--store", store, "--passthrough", passthrough, mnt).CombinedOutput()
 	if err != nil {
 		fail("mount branchfs: %v: %s", err, out)
@@ -46,7 +50,15 @@ func (b *bench) storeDir(name string) string { return filepath.Join(b.work, name
 
 // mountOverlay mounts base read-only below a fresh upper directory.
 func (b *bench) mountOverlay(name, base string) string {
-	upper, work, mnt := b.dir(name+"-upper"), b.dir(name+"-work"), b.dir(name+"-mnt")
+	return b.mountOverlayDirs(name, base, b.dir(name+"-upper"), b.dir(name+"-work"))
+}
+
+// mountOverlayDirs is mountOverlay with the upper and work directories
+// given (made if missing).
+func (b *bench) mountOverlayDirs(name, base, upper, work string) string {
+	must(os.MkdirAll(upper, 0o755))
+	must(os.MkdirAll(work, 0o755))
+	mnt := b.dir(name + "-mnt")
 	out, err := exec.Command("fuse-overlayfs", "-o", "lowerdir="+base+",upperdir="+upper+",workdir="+work, mnt).CombinedOutput()
 	if err != nil {
 		fail("mount fuse-overlayfs: %v: %s", err, out)
@@ -58,7 +70,15 @@ func (b *bench) mountOverlay(name, base string) string {
 // mountKernelOverlay mounts the kernel's overlayfs, base read-only below
 // a fresh upper directory: the reference a FUSE design must approach.
 func (b *bench) mountKernelOverlay(name, base string) string {
-	upper, work, mnt := b.dir(name+"-upper"), b.dir(name+"-work"), b.dir(name+"-mnt")
+	return b.mountKernelOverlayDirs(name, base, b.dir(name+"-upper"), b.dir(name+"-work"))
+}
+
+// mountKernelOverlayDirs is mountKernelOverlay with the upper and work
+// directories given (made if missing).
+func (b *bench) mountKernelOverlayDirs(name, base, upper, work string) string {
+	must(os.MkdirAll(upper, 0o755))
+	must(os.MkdirAll(work, 0o755))
+	mnt := b.dir(name + "-mnt")
 	out, err := exec.Command("mount", "-t", "overlay", "overlay", "-o", "lowerdir="+base+",upperdir="+upper+",workdir="+work, mnt).CombinedOutput()
 	if err != nil {
 		fail("mount overlayfs: %v: %s", err, out)
