@@ -48,40 +48,32 @@ func (b *bench) mountBranchfsStore(name, base, store, passthrough string) string
 // storeDir is the branch store of the mount mountBranchfs made as name.
 func (b *bench) storeDir(name string) string { return filepath.Join(b.work, name+"-store") }
 
-// mountOverlay mounts base read-only below a fresh upper directory.
+// mountOverlay mounts base read-only below a fresh upper directory, with
+// fuse-overlayfs.
 func (b *bench) mountOverlay(name, base string) string {
-	return b.mountOverlayDirs(name, base, b.dir(name+"-upper"), b.dir(name+"-work"))
+	return b.mountOverlayDirs(false, name, base, b.dir(name+"-upper"), b.dir(name+"-work"))
 }
 
-// mountOverlayDirs is mountOverlay with the upper and work directories
-// given (made if missing).
-func (b *bench) mountOverlayDirs(name, base, upper, work string) string {
-	must(os.MkdirAll(upper, 0o755))
-	must(os.MkdirAll(work, 0o755))
-	mnt := b.dir(name + "-mnt")
-	out, err := exec.Command("fuse-overlayfs", "-o", "lowerdir="+base+",upperdir="+upper+",workdir="+work, mnt).CombinedOutput()
-	if err != nil {
-		fail("mount fuse-overlayfs: %v: %s", err, out)
-	}
-	b.mounts = append(b.mounts, mnt)
-	return mnt
-}
-
-// mountKernelOverlay mounts the kernel's overlayfs, base read-only below
-// a fresh upper directory: the reference a FUSE design must approach.
+// mountKernelOverlay is mountOverlay with the kernel's overlayfs: the
+// reference a FUSE design must approach.
 func (b *bench) mountKernelOverlay(name, base string) string {
-	return b.mountKernelOverlayDirs(name, base, b.dir(name+"-upper"), b.dir(name+"-work"))
+	return b.mountOverlayDirs(true, name, base, b.dir(name+"-upper"), b.dir(name+"-work"))
 }
 
-// mountKernelOverlayDirs is mountKernelOverlay with the upper and work
-// directories given (made if missing).
-func (b *bench) mountKernelOverlayDirs(name, base, upper, work string) string {
+// mountOverlayDirs mounts base read-only below upper, with work as the
+// overlay's work directory (both made if missing), with the kernel's
+// overlayfs if kernel is set, else with fuse-overlayfs.
+func (b *bench) mountOverlayDirs(kernel bool, name, base, upper, work string) string {
 	must(os.MkdirAll(upper, 0o755))
 	must(os.MkdirAll(work, 0o755))
 	mnt := b.dir(name + "-mnt")
-	out, err := exec.Command("mount", "-t", "overlay", "overlay", "-o", "lowerdir="+base+",upperdir="+upper+",workdir="+work, mnt).CombinedOutput()
-	if err != nil {
-		fail("mount overlayfs: %v: %s", err, out)
+	opts := "lowerdir=" + base + ",upperdir=" + upper + ",workdir=" + work
+	what, cmd := "fuse-overlayfs", exec.Command("fuse-overlayfs", "-o", opts, mnt)
+	if kernel {
+		what, cmd = "overlayfs", exec.Command("mount", "-t", "overlay", "overlay", "-o", opts, mnt)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fail("mount %s: %v: %s", what, err, out)
 	}
 	b.mounts = append(b.mounts, mnt)
 	return mnt

@@ -500,10 +500,10 @@ func (b *bench) tree() {
 				name, _ := createBranch(mnt)
 				d = filepath.Join(mnt, "@"+name, "x")
 			case sysOverlay:
-				mnt = b.mountOverlayDirs(fmt.Sprintf("tree-ovl-%d", r), base, filepath.Join(fs, "upper"), filepath.Join(fs, "work"))
+				mnt = b.mountOverlayDirs(false, fmt.Sprintf("tree-ovl-%d", r), base, filepath.Join(fs, "upper"), filepath.Join(fs, "work"))
 				d = filepath.Join(mnt, "x")
 			case sysKOverlay:
-				mnt = b.mountKernelOverlayDirs(fmt.Sprintf("tree-kovl-%d", r), base, filepath.Join(fs, "upper"), filepath.Join(fs, "work"))
+				mnt = b.mountOverlayDirs(true, fmt.Sprintf("tree-kovl-%d", r), base, filepath.Join(fs, "upper"), filepath.Join(fs, "work"))
 				d = filepath.Join(mnt, "x")
 			}
 			must(os.Mkdir(d, 0o755))
