@@ -58,21 +58,29 @@ func TestEndedViewUnlinkedOpenFile(t *testing.T) {
 	}
 }
 
-// bigCopy starts a copy_file_range of size bytes from a base file into
-// the new file copy of view b, and returns once the file below has grown,
-// with a channel that gets the copy's result.
-func bigCopy(t *testing.T, m *mount, b string, size int64) <-chan error {
+// copyInFlight mounts a base holding a sparse file of 128 MiB, makes
+// branch b, starts a copy_file_range of the file into the new file copy of
+// b, and returns once the file below has grown, with a channel that gets
+// the copy's result.
+func copyInFlight(t *testing.T) (m *mount, b string, done <-chan error) {
 	t.Helper()
+	const size = 128 << 20
+	m = newMount(t, "off")
+	bf, err := os.Create(filepath.Join(m.base, "big"))
+	must(t, err)
+	must(t, bf.Truncate(size))
+	bf.Close()
+	b = m.create("b")
 	in, err := os.Open(filepath.Join(b, "big"))
 	must(t, err)
 	t.Cleanup(func() { in.Close() })
 	out, err := os.OpenFile(filepath.Join(b, "copy"), os.O_WRONLY|os.O_CREATE, 0o644)
 	must(t, err)
 	t.Cleanup(func() { out.Close() })
-	done := make(chan error, 1)
+	result := make(chan error, 1)
 	go func() {
-		_, err := unix.CopyFileRange(int(in.Fd()), nil, int(out.Fd()), nil, int(size), 0)
-		done <- err
+		_, err := unix.CopyFileRange(int(in.Fd()), nil, int(out.Fd()), nil, size, 0)
+		result <- err
 	}()
 	for {
 		found := false
@@ -81,32 +89,21 @@ func bigCopy(t *testing.T, m *mount, b string, size int64) <-chan error {
 			return nil
 		})
 		if found {
-			return done
+			return m, b, result
 		}
 		select {
-		case err := <-done:
+		case err := <-result:
 			t.Skipf("the copy ended (%v) before it was seen", err)
 		default:
 		}
 	}
 }
 
-func bigBaseFile(t *testing.T, m *mount, size int64) {
-	bf, err := os.Create(filepath.Join(m.base, "big"))
-	must(t, err)
-	must(t, bf.Truncate(size))
-	bf.Close()
-}
-
 // TestCopyRangeEndsWithCommit: a copy_file_range into a branch's file that
 // is still copying when the branch's commit returns writes nothing into
 // the base after that: the commit holds all of the branch or none of it.
 func TestCopyRangeEndsWithCommit(t *testing.T) {
-	m := newMount(t, "off")
-	const size = 128 << 20
-	bigBaseFile(t, m, size)
-	b := m.create("b")
-	done := bigCopy(t, m, b, size)
+	m, b, done := copyInFlight(t)
 	must(t, ioctl(t, b, kernel.Commit))
 	var st unix.Stat_t
 	must(t, unix.Stat(filepath.Join(m.base, "copy"), &st))
@@ -123,11 +120,7 @@ func TestCopyRangeEndsWithCommit(t *testing.T) {
 // copy_file_range is still copying sees its parent's file as it was when
 // it was made: the parent is frozen from then on.
 func TestCopyRangeFrozenByChild(t *testing.T) {
-	m := newMount(t, "off")
-	const size = 128 << 20
-	bigBaseFile(t, m, size)
-	b := m.create("b")
-	done := bigCopy(t, m, b, size)
+	m, _, done := copyInFlight(t)
 	c := m.create("c", "b")
 	var st unix.Stat_t
 	must(t, unix.Stat(filepath.Join(c, "copy"), &st))
