@@ -1287,6 +1287,39 @@ static void test_fs_rebase(void)
 	pass(test);
 }
 
+/*
+ * Waits for the tracee pid, stopped by its raise(SIGSTOP) after
+ * PTRACE_TRACEME, and lets it go on with its forks traced (children are
+ * attached and stop with SIGSTOP first).
+ */
+static int trace_forks(const char *test, pid_t pid)
+{
+	int st;
+
+	if (waitpid(pid, &st, 0) != pid || !WIFSTOPPED(st)) {
+		fail(test, "tracee did not stop: %#x", st);
+		return -1;
+	}
+	ptrace(PTRACE_SETOPTIONS, pid, 0, PTRACE_O_TRACEFORK);
+	ptrace(PTRACE_CONT, pid, 0, 0);
+	return 0;
+}
+
+/* A stop at a PTRACE_EVENT_FORK. */
+static int fork_event(int st)
+{
+	return st >> 8 == (SIGTRAP | (PTRACE_EVENT_FORK << 8));
+}
+
+/*
+ * The signal a traced child stopped with, to deliver as it goes on: none
+ * for the attach stop and for traps.
+ */
+static int signal_to_pass(int st)
+{
+	return WSTOPSIG(st) == SIGSTOP || WSTOPSIG(st) == SIGTRAP ? 0 : WSTOPSIG(st);
+}
+
 /* strace -f sees the children: PTRACE_EVENT_FORK and auto-attach. */
 static void test_traced(void)
 {
@@ -1311,12 +1344,8 @@ static void test_traced(void)
 		waitpid(pids[1], NULL, 0);
 		_exit(0);
 	}
-	if (waitpid(pid, &st, 0) != pid || !WIFSTOPPED(st)) {
-		fail(test, "tracee did not stop: %#x", st);
+	if (trace_forks(test, pid))
 		return;
-	}
-	ptrace(PTRACE_SETOPTIONS, pid, 0, PTRACE_O_TRACEFORK);
-	ptrace(PTRACE_CONT, pid, 0, 0);
 	while (now_ns() < deadline) {
 		w = waitpid(-1, &st, __WALL);
 		if (w < 0)
@@ -1328,11 +1357,11 @@ static void test_traced(void)
 		}
 		if (!WIFSTOPPED(st))
 			continue;
-		if (w == pid && st >> 8 == (SIGTRAP | (PTRACE_EVENT_FORK << 8)))
+		if (w == pid && fork_event(st))
 			forks++;
 		else if (w != pid && WSTOPSIG(st) == SIGSTOP)
 			attached++;
-		ptrace(PTRACE_CONT, w, 0, w == pid || WSTOPSIG(st) == SIGSTOP || WSTOPSIG(st) == SIGTRAP ? 0 : WSTOPSIG(st));
+		ptrace(PTRACE_CONT, w, 0, w == pid ? 0 : signal_to_pass(st));
 	}
 	if (forks != 2 || attached != 2)
 		fail(test, "%d PTRACE_EVENT_FORK stops and %d auto-attached children, want 2 and 2", forks, attached);
@@ -1586,12 +1615,8 @@ static void test_unstarted(void)
 		waitpid(pids[1], &s1, __WALL);
 		_exit(exited(s0, 0) && exited(s1, 0) ? 0 : 2);
 	}
-	if (waitpid(pid, &st, 0) != pid || !WIFSTOPPED(st)) {
-		fail(test, "tracee did not stop: %#x", st);
+	if (trace_forks(test, pid))
 		return;
-	}
-	ptrace(PTRACE_SETOPTIONS, pid, 0, PTRACE_O_TRACEFORK);
-	ptrace(PTRACE_CONT, pid, 0, 0);
 	while (now_ns() < deadline) {
 		w = waitpid(-1, &st, __WALL);
 		if (w < 0)
@@ -1603,7 +1628,7 @@ static void test_unstarted(void)
 		}
 		if (!WIFSTOPPED(st))
 			continue;
-		if (w == pid && st >> 8 == (SIGTRAP | (PTRACE_EVENT_FORK << 8)) && !forks++) {
+		if (w == pid && fork_event(st) && !forks++) {
 			ptrace(PTRACE_GETEVENTMSG, pid, 0, &msg);
 			first = msg;
 			snprintf(path, sizeof(path), "/proc/%d", first);
@@ -1620,7 +1645,7 @@ static void test_unstarted(void)
 			if (waitpid(first, &st2, WNOHANG | __WALL) > 0)
 				fail(test, "the tracer's wait() reported the child before the verdict: %#x", st2);
 		}
-		ptrace(PTRACE_CONT, w, 0, w == pid || WSTOPSIG(st) == SIGSTOP || WSTOPSIG(st) == SIGTRAP ? 0 : WSTOPSIG(st));
+		ptrace(PTRACE_CONT, w, 0, w == pid ? 0 : signal_to_pass(st));
 	}
 	if (forks != 2)
 		fail(test, "%d fork events, want 2", forks);
@@ -1670,12 +1695,8 @@ static void test_gate_cgroup_kill(void)
 		create(MNT, BR_FS, 4, pids, names);
 		_exit(1);	/* the caller, or a child that started */
 	}
-	if (waitpid(pid, &st, 0) != pid || !WIFSTOPPED(st)) {
-		fail(test, "tracee did not stop: %#x", st);
+	if (trace_forks(test, pid))
 		return;
-	}
-	ptrace(PTRACE_SETOPTIONS, pid, 0, PTRACE_O_TRACEFORK);
-	ptrace(PTRACE_CONT, pid, 0, 0);
 	while (now_ns() < deadline) {
 		w = waitpid(-1, &st, __WALL);
 		if (w < 0)
@@ -1687,7 +1708,7 @@ static void test_gate_cgroup_kill(void)
 				fail(test, "a child ended with %#x, not by SIGKILL", st);
 			continue;
 		}
-		if (w == pid && st >> 8 == (SIGTRAP | (PTRACE_EVENT_FORK << 8)) && !forks++) {
+		if (w == pid && fork_event(st) && !forks++) {
 			snprintf(buf, sizeof(buf), "%s/cgroup.kill", cg);
 			if (write_file(buf, "1"))
 				fail(test, "cgroup.kill: %s", strerror(errno));
