@@ -1,0 +1,176 @@
+#!/bin/bash
+# The floor of a FUSE daemon on this machine (docs/performance.md, "The
+# floor"): what one request costs through the kernel's FUSE code with the
+# cheapest daemon there can be (bench/fuse-floor.c), against branchfs and
+# fuse-overlayfs, and what an extraction costs natively and into that
+# daemon. Needs root, a C compiler, fuse-overlayfs and a built binary
+# (make build).
+#
+#   bench/roundtrip.sh stat [ROUNDS] [N]  stat(2) of N missing names, each a
+#       LOOKUP: microseconds per call on native ext4, the kernel's overlayfs,
+#       fuse-floor, a branch view and fuse-overlayfs; client and daemon free,
+#       on one CPU, and on different CPUs
+#   bench/roundtrip.sh tree [ROUNDS]      tar -xf of Go's src/, cp -a and
+#       rm -rf of it (with syncfs, as the bench's tree workload), natively,
+#       into fuse-floor (extraction only: it keeps no files) and in a branch
+#       view, each on an ext4 file system of its own, free and with tar and
+#       the daemon on one CPU
+#
+# Systems and placements take turns in a shuffled order within each round;
+# each line of output is one measurement with the load average then, and
+# the summary gives medians (with min and max) per system and placement.
+set -euo pipefail
+mode=${1:-stat}
+rounds=${2:-15}
+n=${3:-5000}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+bin=$repo/bin/branchfs
+work=$(mktemp -d /var/tmp/roundtrip.XXXXXX)
+mounts=() # unmounted in reverse order at exit
+unmount() { # branchfs's unmount waits for its daemon to end
+	if grep -q " $1 fuse.branchfs " /proc/mounts; then "$bin" unmount "$1"; else umount "$1"; fi
+}
+cleanup() {
+	for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
+		unmount "${mounts[i]}" || umount -l "${mounts[i]}" || true
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+cc -O2 -Wall -o "$work/fuse-floor" "$repo/bench/fuse-floor.c"
+floor=$work/fuse-floor
+load() { cut -d' ' -f1 /proc/loadavg; }
+
+# freshfs DIR: an ext4 file system of its own at DIR (a sparse image,
+# loop-mounted and detached at unmount), so that no inode it allocates was
+# freed recently (see "What the tree workload measures").
+freshfs() {
+	mkdir -p "$1"
+	truncate -s 8G "$1.img"
+	mkfs.ext4 -q -F "$1.img"
+	mount -o loop "$1.img" "$1"
+	mounts+=("$1")
+}
+# Mount helpers; each sets pid to the daemon's process ID.
+mount_floor() {
+	mkdir -p "$1"
+	"$floor" serve "$1" 2>"$1.counts" &
+	pid=$!
+	until grep -q " $1 fuse.fuse-floor " /proc/mounts; do sleep 0.01; done
+	mounts+=("$1")
+}
+mount_branch() { # BASE STORE MNT; the view is MNT/@b
+	mkdir -p "$1" "$3"
+	"$bin" mount --base "$1" --store "$2" "$3"
+	mounts+=("$3")
+	"$bin" create b "$3" >/dev/null
+	pid=$(ps -eo pid=,args= | awk -v m="$3" '$2 ~ /branchfs$/ && $3 == "mount" && $NF == m {print $1}')
+}
+mount_fovl() { # LOWER UPPER WORK MNT
+	mkdir -p "$1" "$2" "$3" "$4"
+	fuse-overlayfs -f -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" &
+	pid=$!
+	until grep -q " $4 fuse" /proc/mounts; do sleep 0.01; done
+	mounts+=("$4")
+}
+unmount_last() {
+	local m=${mounts[-1]}
+	unset 'mounts[-1]'
+	unmount "$m"
+}
+# place PLACEMENT CPU PID: the daemon's threads on CPU (one), on the other
+# CPU (cross) or anywhere (free); prints the client's taskset CPU list.
+place() {
+	local other=$((1 - $2)) cpus=0-$(($(nproc) - 1))
+	case $1 in
+	one) [ -n "$3" ] && taskset -a -p -c "$2" "$3" >/dev/null; echo "$2" ;;
+	cross) [ -n "$3" ] && taskset -a -p -c "$other" "$3" >/dev/null; echo "$2" ;;
+	free) [ -n "$3" ] && taskset -a -p -c "$cpus" "$3" >/dev/null; echo "$cpus" ;;
+	esac
+}
+summary() {
+	echo "# medians over rounds (min-max); load average median (min-max)"
+	sort -k1,1 -k2,2 -k3,3g "$1" | awk '
+		function flush() { if (k != "") printf "%-22s %8.2f (%.2f-%.2f)  load %.2f (%.2f-%.2f)  n=%d\n", k, med(v, c), v[1], v[c], med(l, c), lmin, lmax, c }
+		function med(a, c) { return c % 2 ? a[(c + 1) / 2] : (a[c / 2] + a[c / 2 + 1]) / 2 }
+		{ key = $1 " " $2; if (key != k) { flush(); k = key; c = 0; lmin = 1e9; lmax = 0 } v[++c] = $3; ls[c] = $4
+		  if ($4 < lmin) lmin = $4; if ($4 > lmax) lmax = $4
+		  # the load median, from a sorted copy
+		  for (i = 1; i <= c; i++) l[i] = ls[i]; for (i = 2; i <= c; i++) for (j = i; j > 1 && l[j-1] > l[j]; j--) { t = l[j]; l[j] = l[j-1]; l[j-1] = t } }
+		END { flush() }'
+}
+
+out=$work/out
+: >"$out"
+if [ "$mode" = stat ]; then
+	freshfs "$work/fs"
+	mkdir -p "$work/fs/native" "$work/fs/lower"
+	mkdir -p "$work/fs/ku" "$work/fs/kw" "$work/kovl"
+	mount -t overlay overlay -o "lowerdir=$work/fs/lower,upperdir=$work/fs/ku,workdir=$work/fs/kw" "$work/kovl"
+	mounts+=("$work/kovl")
+	mount_floor "$work/floor"
+	floorpid=$pid
+	mount_branch "$work/fs/base" "$work/fs/store" "$work/bmnt"
+	branchpid=$pid
+	mount_fovl "$work/fs/lower" "$work/fs/fu" "$work/fs/fw" "$work/fovl"
+	fovlpid=$pid
+	declare -A dir=([native]=$work/fs/native [overlayfs]=$work/kovl [fuse-floor]=$work/floor
+		[branch]=$work/bmnt/@b [fuse-overlayfs]=$work/fovl)
+	declare -A daemon=([native]= [overlayfs]= [fuse-floor]=$floorpid [branch]=$branchpid [fuse-overlayfs]=$fovlpid)
+	for ((r = 0; r < rounds; r++)); do
+		cpu=$((r % 2))
+		for t in $(for s in "${!dir[@]}"; do for p in free one cross; do
+			[ -z "${daemon[$s]}" ] && [ $p = cross ] && continue
+			echo "$s/$p"
+		done; done | shuf); do
+			s=${t%/*} p=${t#*/}
+			client=$(place "$p" $cpu "${daemon[$s]}")
+			echo "$s $p $(taskset -c "$client" "$floor" stat "${dir[$s]}" "$n") $(load)" | tee -a "$out"
+		done
+	done
+	summary "$out"
+	exit
+fi
+
+# tree
+tar -C "$(go env GOROOT 2>/dev/null || echo /usr/local/go)" -cf "$work/src.tar" src
+files=$(tar -tf "$work/src.tar" | grep -vc '/$')
+echo "$files files"
+# timed DIR PREFIX CPUS CMD...: runs CMD in DIR on CPUS between two syncfs of
+# DIR and the file system under it, and prints seconds.
+timed() {
+	local d=$1 fs=$2 cpus=$3 start
+	shift 3
+	sync -f "$d" "$fs"
+	start=$(date +%s.%N)
+	(cd "$d" && taskset -c "$cpus" "$@")
+	sync -f "$d" "$fs"
+	echo "$(date +%s.%N) - $start" | bc
+}
+for ((r = 0; r < rounds; r++)); do
+	cpu=$((r % 2))
+	for t in $(printf '%s\n' native/free fuse-floor/free fuse-floor/one branch/free branch/one | shuf); do
+		s=${t%/*} p=${t#*/}
+		fs=$work/fs-$r-$s-$p
+		freshfs "$fs"
+		pid=
+		case $s in
+		native) d=$fs/native && mkdir "$d" ;;
+		fuse-floor) mount_floor "$work/floor" && d=$work/floor/x && mkdir "$d" ;;
+		branch) mount_branch "$fs/base" "$fs/store" "$work/bmnt" && d=$work/bmnt/@b/x && mkdir "$d" ;;
+		esac
+		cpus=$(place "$p" $cpu "$pid")
+		x=$(timed "$d" "$fs" "$cpus" tar -xf "$work/src.tar")
+		echo "$s-extract $p $x $(load)" | tee -a "$out"
+		if [ $s != fuse-floor ]; then
+			x=$(timed "$d" "$fs" "$cpus" cp -a src copy)
+			echo "$s-cp $p $x $(load)" | tee -a "$out"
+			x=$(timed "$d" "$fs" "$cpus" rm -rf copy)
+			echo "$s-rm $p $x $(load)" | tee -a "$out"
+		fi
+		[ $s != native ] && unmount_last
+		unmount_last
+		rm -f "$fs.img"
+	done
+done
+summary "$out"
