@@ -14,7 +14,8 @@
  * written from <linux/fuse.h> alone (no libfuse). It stores nothing: a
  * lookup of a name fails with ENOENT and no negative entry (every lookup
  * is a round trip); a create or mkdir makes a node that remembers its
- * attributes only; writes are counted and dropped; there are no xattrs
+ * attributes only, and whose name the kernel keeps for an hour as it does
+ * branchfs's, so that it never looks one up; writes are counted and dropped; there are no xattrs
  * (ENODATA, so the kernel keeps asking, as it must of a daemon that keeps
  * them). It asks at INIT for what branchfs asks that changes which
  * requests the kernel sends (atomic O_TRUNC, KILLPRIV_V2, no umask,
@@ -36,7 +37,7 @@
 #include <unistd.h>
 
 #define MAX_WRITE (1 << 20)
-#define TIMEOUT 1 /* seconds of entry and attribute validity, as branchfs */
+#define TIMEOUT 3600 /* seconds of entry and attribute validity, as branchfs */
 
 static struct fuse_attr *nodes; /* by node ID; 1 is the root */
 static uint64_t nnodes, capnodes;

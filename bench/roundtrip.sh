@@ -14,7 +14,7 @@
 #       rm -rf of it (with syncfs, as the bench's tree workload), natively,
 #       into fuse-floor (extraction only: it keeps no files) and in a branch
 #       view, each on an ext4 file system of its own, free and with tar and
-#       the daemon on one CPU
+#       the daemon on one CPU, or the daemon on one and tar anywhere
 #
 # Systems and placements take turns in a shuffled order within each round;
 # each line of output is one measurement with the load average then, and
@@ -78,13 +78,16 @@ unmount_last() {
 	unset 'mounts[-1]'
 	unmount "$m"
 }
-# place PLACEMENT CPU PID: the daemon's threads on CPU (one), on the other
-# CPU (cross) or anywhere (free); prints the client's taskset CPU list.
+# place PLACEMENT CPU PID: the client and the daemon's threads on CPU
+# (one), the client on CPU and the daemon on the other (cross), the daemon
+# on CPU and the client anywhere (dpin), or both anywhere (free); prints
+# the client's taskset CPU list.
 place() {
 	local other=$((1 - $2)) cpus=0-$(($(nproc) - 1))
 	case $1 in
 	one) [ -n "$3" ] && taskset -a -p -c "$2" "$3" >/dev/null; echo "$2" ;;
 	cross) [ -n "$3" ] && taskset -a -p -c "$other" "$3" >/dev/null; echo "$2" ;;
+	dpin) [ -n "$3" ] && taskset -a -p -c "$2" "$3" >/dev/null; echo "$cpus" ;;
 	free) [ -n "$3" ] && taskset -a -p -c "$cpus" "$3" >/dev/null; echo "$cpus" ;;
 	esac
 }
@@ -119,8 +122,8 @@ if [ "$mode" = stat ]; then
 	declare -A daemon=([native]= [overlayfs]= [fuse-floor]=$floorpid [branch]=$branchpid [fuse-overlayfs]=$fovlpid)
 	for ((r = 0; r < rounds; r++)); do
 		cpu=$((r % 2))
-		for t in $(for s in "${!dir[@]}"; do for p in free one cross; do
-			[ -z "${daemon[$s]}" ] && [ $p = cross ] && continue
+		for t in $(for s in "${!dir[@]}"; do for p in free one cross dpin; do
+			[ -z "${daemon[$s]}" ] && [ $p = cross -o $p = dpin ] && continue
 			echo "$s/$p"
 		done; done | shuf); do
 			s=${t%/*} p=${t#*/}
@@ -143,13 +146,13 @@ timed() {
 	shift 3
 	sync -f "$d" "$fs"
 	start=$(date +%s.%N)
-	(cd "$d" && taskset -c "$cpus" "$@")
+	(cd "$d" && taskset -c "$cpus" "$@") || { echo "failed: $*" >&2 && exit 1; }
 	sync -f "$d" "$fs"
 	echo "$(date +%s.%N) - $start" | bc
 }
 for ((r = 0; r < rounds; r++)); do
 	cpu=$((r % 2))
-	for t in $(printf '%s\n' native/free fuse-floor/free fuse-floor/one branch/free branch/one | shuf); do
+	for t in $(printf '%s\n' native/free fuse-floor/free fuse-floor/one fuse-floor/dpin branch/free branch/one branch/dpin | shuf); do
 		s=${t%/*} p=${t#*/}
 		fs=$work/fs-$r-$s-$p
 		freshfs "$fs"
@@ -168,7 +171,12 @@ for ((r = 0; r < rounds; r++)); do
 			x=$(timed "$d" "$fs" "$cpus" rm -rf copy)
 			echo "$s-rm $p $x $(load)" | tee -a "$out"
 		fi
-		[ $s != native ] && unmount_last
+		if [ $s = fuse-floor ]; then
+			unmount_last && wait "$pid"
+			awk -v n="$files" '{ r += $3 } END { printf "fuse-floor: %.1f requests per file\n", r / n }' "$work/floor.counts"
+		elif [ $s = branch ]; then
+			unmount_last
+		fi
 		unmount_last
 		rm -f "$fs.img"
 	done
