@@ -23,6 +23,7 @@
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <sys/resource.h>
 #include <sys/time.h>
@@ -1577,28 +1578,105 @@ static void test_perf_fork(void)
 	pass(test);
 }
 
+/* Mounts a filesystem of type at dir unless one of magic is there. */
+static int mount_once(const char *type, const char *dir, long magic, const char *data)
+{
+	struct statfs sf;
+
+	if (statfs(dir, &sf) == 0 && sf.f_type == magic)
+		return 0;
+	return mount(type, dir, type, 0, data);
+}
+
+#define CGROUP2 "/sys/fs/cgroup"
+#define CGROUP1 "/tmp/cgroup1"
+
+/* The directory of pid's cgroup under CGROUP2. */
+static int cgroup2_dir(pid_t pid, char *out, size_t size)
+{
+	char path[64], buf[4096], *p;
+
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", pid);
+	if (read_file(path, buf, sizeof(buf)) < 0)
+		return -1;
+	for (p = buf; p && strncmp(p, "0::", 3);)
+		if ((p = strchr(p, '\n')))
+			p++;
+	if (!p)
+		return -1;
+	p[strcspn(p, "\n")] = '\0';
+	snprintf(out, size, "%s%s", CGROUP2, strcmp(p + 3, "/") ? p + 3 : "");
+	return 0;
+}
+
+/* Whether a line of file (a cgroup's cgroup.procs, say) is pid; -1 when unreadable. */
+static int pid_listed(const char *file, pid_t pid)
+{
+	static char buf[1 << 16];
+	char *line, *save;
+
+	if (read_file(file, buf, sizeof(buf)) < 0)
+		return -1;
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+		if (atoi(line) == pid)
+			return 1;
+	return 0;
+}
+
+/*
+ * After the verdict, in the caller: both children are in its cgroup's
+ * cgroup.procs and in the v1 hierarchy's tasks.  0, or what is wrong.
+ */
+static int children_listed(const pid_t *pids)
+{
+	char dir[256], file[320];
+	int i;
+
+	if (cgroup2_dir(getpid(), dir, sizeof(dir)))
+		return 3;
+	snprintf(file, sizeof(file), "%s/cgroup.procs", dir);
+	for (i = 0; i < 2; i++) {
+		if (pid_listed(file, pids[i]) != 1)
+			return 4;
+		if (pid_listed(CGROUP1 "/tasks", pids[i]) != 1)
+			return 5;
+	}
+	return 0;
+}
+
 /*
  * A child between its fork and the call's verdict is not published: no
  * pid lookup finds it (/proc, kill(), pidfd_open()), no wait() reports
  * it, not even its tracer's, though a tracer is told its pid at
- * PTRACE_EVENT_FORK.  Once the verdict is given it runs as usual.  The
- * tracer holds the caller at the fork event of its first child, so that
- * the verdict cannot come meanwhile.
+ * PTRACE_EVENT_FORK, and its cgroup's cgroup.procs and cgroup.threads
+ * and the tasks and cgroup.procs of a cgroup v1 hierarchy leave it out.
+ * Once the verdict is given it is listed and runs as usual.  The tracer
+ * holds the caller at the fork event of its first child, so that the
+ * verdict cannot come meanwhile.
  */
 static void test_unstarted(void)
 {
 	const char *test = "unstarted_child";
 	long deadline = now_ns() + 20 * 1000000000L;
-	int st, st2, forks = 0, pfd;
+	int st, st2, forks = 0, pfd, i;
 	unsigned long msg;
 	pid_t pid, w, first;
-	char path[64];
+	char path[64], dir[256], files[4][320];
 
+	if (mount_once("cgroup2", CGROUP2, 0x63677270 /* CGROUP2_SUPER_MAGIC */, NULL)) {
+		fail(test, "mount cgroup2: %s", strerror(errno));
+		return;
+	}
+	if ((mkdir(CGROUP1, 0755) && errno != EEXIST) ||
+	    mount("cgroup", CGROUP1, "cgroup", 0, "none,name=branch_test")) {
+		fail(test, "mount a cgroup v1 hierarchy: %s", strerror(errno));
+		return;
+	}
 	reset_shared();
 	pid = fork();
 	if (pid == 0) {
 		char names[2][BR_NAME_MAX];
-		int s0 = 0, s1 = 0;
+		int s0 = 0, s1 = 0, listed;
 		pid_t pids[2];
 		long r;
 
@@ -1607,13 +1685,16 @@ static void test_unstarted(void)
 		r = create(MNT, BR_FS, 2, pids, names);
 		if (r > 0) {
 			__atomic_add_fetch(&sh->done, 1, __ATOMIC_ACQ_REL);
+			wait_step(1);
 			_exit(0);
 		}
 		if (r < 0)
 			_exit(1);
+		listed = children_listed(pids);
+		set_step(1);
 		waitpid(pids[0], &s0, __WALL);
 		waitpid(pids[1], &s1, __WALL);
-		_exit(exited(s0, 0) && exited(s1, 0) ? 0 : 2);
+		_exit(!exited(s0, 0) || !exited(s1, 0) ? 2 : listed);
 	}
 	if (trace_forks(test, pid))
 		return;
@@ -1623,7 +1704,8 @@ static void test_unstarted(void)
 			break;
 		if (w == pid && (WIFEXITED(st) || WIFSIGNALED(st))) {
 			if (!exited(st, 0))
-				fail(test, "caller ended with %#x (1: BR_CREATE failed, 2: a child's end)", st);
+				fail(test, "caller ended with %#x (1: BR_CREATE failed, 2: a child's end, "
+				     "3-5: children not listed after the verdict)", st);
 			break;
 		}
 		if (!WIFSTOPPED(st))
@@ -1644,6 +1726,18 @@ static void test_unstarted(void)
 			}
 			if (waitpid(first, &st2, WNOHANG | __WALL) > 0)
 				fail(test, "the tracer's wait() reported the child before the verdict: %#x", st2);
+			if (cgroup2_dir(pid, dir, sizeof(dir)))
+				fail(test, "no cgroup2 line in /proc/%d/cgroup", pid);
+			snprintf(files[0], sizeof(files[0]), "%s/cgroup.procs", dir);
+			snprintf(files[1], sizeof(files[1]), "%s/cgroup.threads", dir);
+			snprintf(files[2], sizeof(files[2]), "%s/tasks", CGROUP1);
+			snprintf(files[3], sizeof(files[3]), "%s/cgroup.procs", CGROUP1);
+			for (i = 0; i < 4; i++) {
+				if (pid_listed(files[i], pid) != 1)
+					fail(test, "%s does not list the caller", files[i]);
+				if (pid_listed(files[i], first) != 0)
+					fail(test, "%s lists the child before the verdict", files[i]);
+			}
 		}
 		ptrace(PTRACE_CONT, w, 0, w == pid ? 0 : signal_to_pass(st));
 	}
@@ -1653,6 +1747,8 @@ static void test_unstarted(void)
 		fail(test, "%d children ran, want 2", sh->done);
 	while (waitpid(-1, &st, __WALL | WNOHANG) > 0)
 		;
+	if (umount2(CGROUP1, 0))
+		fail(test, "umount %s: %s", CGROUP1, strerror(errno));
 	if (wait_views(MNT, 0))
 		fail(test, "%d branches left", count_views(MNT));
 	pass(test);
@@ -1674,7 +1770,7 @@ static void test_gate_cgroup_kill(void)
 	char path[128], buf[256];
 	pid_t pid, w;
 
-	if (mount("none", "/sys/fs/cgroup", "cgroup2", 0, NULL) && errno != EBUSY) {
+	if (mount_once("cgroup2", CGROUP2, 0x63677270 /* CGROUP2_SUPER_MAGIC */, NULL)) {
 		fail(test, "mount cgroup2: %s", strerror(errno));
 		return;
 	}
