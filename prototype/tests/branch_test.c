@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/ioprio.h>
 #include <linux/perf_event.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -1132,8 +1133,9 @@ static void test_caller_killed(void)
 
 /*
  * A sibling tries SIGIO with F_SETSIG SIGKILL, prlimit, setpriority,
- * sched_setscheduler and oom_score_adj on the other: all refused under
- * BR_ISOLATE, all allowed without.
+ * sched_setscheduler, oom_score_adj, sched_setaffinity, timerslack_ns and
+ * ioprio_set on the other: all refused under BR_ISOLATE, all allowed
+ * without.
  */
 static void run_fence(const char *test, unsigned int flags, int want)
 {
@@ -1164,6 +1166,8 @@ static void run_fence(const char *test, unsigned int flags, int want)
 		sh->err[n++] = sched_setaffinity(sib, sizeof(cpus), &cpus) ? errno : 0;
 		snprintf(path, sizeof(path), "/proc/%d/timerslack_ns", sib);
 		sh->err[n++] = write_file(path, "1000") ? errno : 0;
+		sh->err[n++] = syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, sib,
+				       IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, 4)) ? errno : 0;
 		/* Last: it kills the sibling when allowed. */
 		if (pipe(pfd) || fcntl(pfd[0], F_SETOWN, sib) || fcntl(pfd[0], F_SETSIG, SIGKILL) ||
 		    fcntl(pfd[0], F_SETFL, O_ASYNC) || write(pfd[1], "x", 1) != 1)
@@ -1190,9 +1194,9 @@ static void run_fence(const char *test, unsigned int flags, int want)
 			fail(test, "child %d hung", i + 1);
 	if (!exited(status[0], 0))
 		fail(test, "the acting child ended with %#x", status[0]);
-	for (i = 0; i < 6; i++) {
+	for (i = 0; i < 7; i++) {
 		static const char *what[] = { "prlimit", "setpriority", "sched_setscheduler", "oom_score_adj",
-					      "sched_setaffinity", "timerslack_ns" };
+					      "sched_setaffinity", "timerslack_ns", "ioprio_set" };
 
 		if (sh->err[i] != want)
 			fail(test, "%s(sibling) gave %s, want %s", what[i], strerror(sh->err[i]), strerror(want));
@@ -1513,12 +1517,7 @@ static void test_nproc_unprivileged(void)
 	pass(test);
 }
 
-/*
- * perf sees the children as it sees fork()'s: a fork record each.  (The
- * sched_process_fork trace event needs tracefs, which the guest's kernel
- * is built without; it fires in kernel_clone() next to PTRACE_EVENT_FORK,
- * which traced_fork_events checks.)
- */
+/* perf sees the children as it sees fork()'s: a fork record each. */
 static void test_perf_fork(void)
 {
 	const char *test = "perf_fork_records";
@@ -1642,6 +1641,67 @@ static int children_listed(const pid_t *pids)
 			return 5;
 	}
 	return 0;
+}
+
+/*
+ * The sched_process_fork trace event reports the children as fork()'s:
+ * one event from the caller for each child, with the pid the call gave.
+ */
+static void test_trace_fork(void)
+{
+	const char *test = "trace_fork_event";
+	const char *enable = "/sys/kernel/tracing/events/sched/sched_process_fork/enable";
+	static char buf[1 << 20];
+	char names[3][BR_NAME_MAX], *line, *save, *p;
+	int seen[3] = { 0 }, others = 0, i, fd;
+	size_t len = 0;
+	ssize_t got;
+	pid_t pids[3];
+	long r;
+
+	if (mount_once("tracefs", "/sys/kernel/tracing", 0x74726163 /* TRACEFS_MAGIC */, NULL)) {
+		fail(test, "mount tracefs: %s", strerror(errno));
+		return;
+	}
+	if (write_file("/sys/kernel/tracing/trace", "") || write_file(enable, "1")) {
+		fail(test, "enabling sched_process_fork: %s", strerror(errno));
+		return;
+	}
+	r = create(MNT, 0, 3, pids, names);
+	if (r > 0)
+		_exit(0);
+	write_file(enable, "0");
+	if (r < 0) {
+		fail(test, "BR_CREATE: %s", strerror(errno));
+		return;
+	}
+	for (i = 0; i < 3; i++)
+		waitpid(pids[i], NULL, 0);
+	fd = open("/sys/kernel/tracing/trace", O_RDONLY);
+	while (fd >= 0 && len < sizeof(buf) - 1 && (got = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+		len += got;
+	if (fd >= 0)
+		close(fd);
+	buf[len] = '\0';
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		if (!strstr(line, "sched_process_fork:") || !(p = strstr(line, " pid=")) || atoi(p + 5) != getpid())
+			continue;
+		p = strstr(line, "child_pid=");
+		for (i = 0; p && i < 3 && atoi(p + 10) != pids[i]; i++)
+			;
+		if (p && i < 3)
+			seen[i]++;
+		else
+			others++;
+	}
+	for (i = 0; i < 3; i++)
+		if (seen[i] != 1)
+			fail(test, "%d events for child %d (pid %d), want 1", seen[i], i + 1, pids[i]);
+	if (others)
+		fail(test, "%d events for other children of the caller", others);
+	if (wait_views(MNT, 0))
+		fail(test, "%d branches left", count_views(MNT));
+	pass(test);
 }
 
 /*
@@ -2068,6 +2128,7 @@ static void run_nproc(const char *arg) { (void)arg; test_nproc_unprivileged(); }
 static void run_perf(const char *arg) { (void)arg; test_perf_fork(); }
 static void run_unstarted(const char *arg) { (void)arg; test_unstarted(); }
 static void run_cgkill(const char *arg) { (void)arg; test_gate_cgroup_kill(); }
+static void run_trace(const char *arg) { (void)arg; test_trace_fork(); }
 
 static const struct test {
 	const char *name;
@@ -2105,6 +2166,7 @@ static const struct test {
 	{ "perf_fork_records", run_perf, NULL },
 	{ "unstarted_child", run_unstarted, NULL },
 	{ "gate_cgroup_kill", run_cgkill, NULL },
+	{ "trace_fork_event", run_trace, NULL },
 };
 
 #define N_TESTS (sizeof(tests) / sizeof(tests[0]))
