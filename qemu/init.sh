@@ -1,5 +1,5 @@
 #!/bin/busybox sh
-# /init of the test guest: mounts what the tests need, two branchfs mounts,
+# /init of the test guest: mounts what the tests need, three branchfs mounts,
 # runs the C and Go tests of branch() and powers off. The host harness
 # (qemu/run.sh) reads the PASS/FAIL lines from the serial console.
 /bin/busybox --install -s /bin
@@ -8,13 +8,15 @@ mount -t devtmpfs dev /dev
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 # Base and store share one filesystem with xattrs, as commits rename.
-mkdir -p /data /work /lim
+mkdir -p /data /work /lim /grp
 mount -t tmpfs data /data
-mkdir -p /data/base /data/base2
+mkdir -p /data/base /data/base2 /data/base3
 echo hello > /data/base/hello.txt
 echo "== guest $(uname -r), branch() abi $(cat /sys/kernel/branch/abi_version 2>/dev/null || echo none)"
 branchfs mount --base /data/base --store /data/store --max-branches 200 /work || echo "FAIL mount /work"
 branchfs mount --base /data/base2 --store /data/store2 --max-branches 2 /lim || echo "FAIL mount /lim"
+# Its control group, gid 65534, may make branches: for unprivileged callers.
+branchfs mount --base /data/base3 --store /data/store3 --control-group 65534 /grp || echo "FAIL mount /grp"
 cd /
 /tests/branch_test
 echo "== go binding"
@@ -36,4 +38,5 @@ echo "== kernel log end"
 echo "== guest done"
 branchfs unmount /work
 branchfs unmount /lim
+branchfs unmount /grp
 poweroff -f

@@ -3,7 +3,8 @@
  * branch_test - drives the branch() system call against a branchfs mount.
  *
  * Run inside the QEMU guest (qemu/init.sh): /work is a branchfs mount of
- * /base, /lim one of /base2 that allows at most two unfinished branches.
+ * /base, /lim one of /base2 that allows at most two unfinished branches,
+ * /grp one of /base3 whose control group is gid 65534.
  * Prints TAP (kselftest style) and "# BENCH" lines.
  */
 #define _GNU_SOURCE
@@ -36,6 +37,7 @@
 
 #define MNT "/work"
 #define LIM "/lim"
+#define GRP "/grp"
 
 static int failures;
 
@@ -1704,6 +1706,82 @@ static void test_trace_fork(void)
 	pass(test);
 }
 
+/* Branches mnt ever had, finished ones too (list:all), or -1. */
+static int count_all_branches(const char *mnt)
+{
+	static char buf[1 << 16];
+	char path[512];
+	const char *p;
+	ssize_t got = -1;
+	int fd, n = 0;
+
+	snprintf(path, sizeof(path), "%s/.branchfs_ctl", mnt);
+	fd = open(path, O_RDWR);
+	if (fd < 0)
+		return -1;
+	if (write(fd, "list:all", 8) == 8)
+		got = pread(fd, buf, sizeof(buf) - 1, 0);
+	close(fd);
+	if (got < 0)
+		return -1;
+	buf[got] = '\0';
+	for (p = buf; (p = strstr(p, "\"state\": \"")); p++)
+		n++;
+	return n - 1;	/* main */
+}
+
+/*
+ * RLIMIT_NPROC for a caller that is not root and uses BR_FS: uid and gid
+ * 65534, in GRP's control group, with CAP_SYS_ADMIN (which BR_FS needs)
+ * in a user namespace of its own.  Two children over a limit of two
+ * (with the caller) give EAGAIN before any branch is made (GRP's list
+ * of all branches, finished ones too, stays empty) and leave no child;
+ * one child is made, so the refusal is the limit's.
+ */
+static void test_nproc_fs(void)
+{
+	const char *test = "nproc_fs_unprivileged";
+	int status;
+	pid_t helper = fork();
+
+	if (helper == 0) {
+		struct rlimit rl = { 2, 2 };
+		char names[2][BR_NAME_MAX];
+		pid_t pids[2];
+		int st;
+		long r;
+
+		if (setrlimit(RLIMIT_NPROC, &rl) || setgroups(0, NULL) || setresgid(65534, 65534, 65534) ||
+		    setresuid(65534, 65534, 65534) || unshare(CLONE_NEWUSER))
+			_exit(20);
+		r = create(GRP, BR_FS, 2, pids, names);
+		if (r > 0)
+			_exit(0);
+		if (r == 0 || errno != EAGAIN) {
+			printf("# %s: 2 children over RLIMIT_NPROC 2: %ld %s\n", test, r, strerror(errno));
+			_exit(1);
+		}
+		if (waitpid(-1, NULL, WNOHANG | __WALL) != -1 || errno != ECHILD)
+			_exit(2);
+		if (count_all_branches(GRP) != 0)
+			_exit(3);
+		r = create(GRP, BR_FS, 1, pids, names);
+		if (r > 0)
+			_exit(7);
+		if (r < 0) {
+			printf("# %s: 1 child under RLIMIT_NPROC 2: %s\n", test, strerror(errno));
+			_exit(4);
+		}
+		_exit(waitpid(pids[0], &st, 0) == pids[0] && exited(st, 7) ? 0 : 5);
+	}
+	if (wait_deadline(helper, &status, 20) < 0 || !exited(status, 0))
+		fail(test, "helper status %#x (1: not refused, 2: a child left, 3: a branch was made, "
+		     "4: refused under the limit, 5: the child's end, 20: setup)", status);
+	if (wait_views(GRP, 0))
+		fail(test, "%d branches left", count_views(GRP));
+	pass(test);
+}
+
 /*
  * A child between its fork and the call's verdict is not published: no
  * pid lookup finds it (/proc, kill(), pidfd_open()), no wait() reports
@@ -2129,6 +2207,7 @@ static void run_perf(const char *arg) { (void)arg; test_perf_fork(); }
 static void run_unstarted(const char *arg) { (void)arg; test_unstarted(); }
 static void run_cgkill(const char *arg) { (void)arg; test_gate_cgroup_kill(); }
 static void run_trace(const char *arg) { (void)arg; test_trace_fork(); }
+static void run_nproc_fs(const char *arg) { (void)arg; test_nproc_fs(); }
 
 static const struct test {
 	const char *name;
@@ -2167,6 +2246,7 @@ static const struct test {
 	{ "unstarted_child", run_unstarted, NULL },
 	{ "gate_cgroup_kill", run_cgkill, NULL },
 	{ "trace_fork_event", run_trace, NULL },
+	{ "nproc_fs_unprivileged", run_nproc_fs, NULL },
 };
 
 #define N_TESTS (sizeof(tests) / sizeof(tests[0]))
