@@ -7,6 +7,9 @@
  *   fuse-floor serve MNT    mount a file system of nothing at MNT and answer
  *                           its requests until it is unmounted; then print
  *                           how many requests of each kind came
+ *   fuse-floor serve-uring MNT   the same through FUSE over io_uring: a queue
+ *                           per CPU, each answered by a thread pinned to it
+ *                           (needs /sys/module/fuse/parameters/enable_uring)
  *   fuse-floor stat DIR N   stat(2) N distinct names that do not exist in
  *                           DIR; print the mean microseconds per call
  *
@@ -26,11 +29,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fuse.h>
+#include <linux/io_uring.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -41,7 +49,7 @@
 
 static struct fuse_attr *nodes; /* by node ID; 1 is the root */
 static uint64_t nnodes, capnodes;
-static uint64_t counts[64];
+static uint64_t counts[64], through_uring;
 
 static uint64_t newnode(uint32_t mode, uint32_t uid, uint32_t gid)
 {
@@ -63,34 +71,29 @@ static uint64_t newnode(uint32_t mode, uint32_t uid, uint32_t gid)
 	return nnodes++;
 }
 
-static void reply(int fd, uint64_t unique, int err, const void *arg, size_t len)
-{
-	struct fuse_out_header h = {
-		.len = sizeof(h) + (err ? 0 : len), .error = -err, .unique = unique,
-	};
-	struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)arg, err ? 0 : len } };
+#define NOREPLY 1 /* answer's result for FORGET and INTERRUPT */
 
-	/* ENOENT: the caller was interrupted and the request is gone. */
-	if (writev(fd, iov, 2) < 0 && errno != ENOENT)
-		perror("fuse-floor: writev");
-}
+/* FUSE over io_uring (protocol 7.42; <linux/fuse.h> here may be older). */
+#define INIT_EXT (1u << 30)
+#define OVER_IO_URING_FLAGS2 (1u << 9) /* FUSE_OVER_IO_URING, bit 41 */
+struct uring_header {
+	char in_out[128]; /* fuse_in_header, then fuse_out_header */
+	char op_in[128]; /* the request's first argument */
+	struct {
+		uint64_t flags, commit_id;
+		uint32_t payload_sz, padding;
+		uint64_t reserved;
+	} ent;
+};
+struct uring_cmd {
+	uint64_t flags, commit_id;
+	uint16_t qid;
+	uint8_t padding[6];
+};
+enum { URING_REGISTER = 1, URING_COMMIT_AND_FETCH = 2 };
 
-static void reply_entry(int fd, uint64_t unique, uint64_t nodeid)
-{
-	struct fuse_entry_out e = {
-		.nodeid = nodeid, .attr = nodes[nodeid],
-		.entry_valid = TIMEOUT, .attr_valid = TIMEOUT,
-	};
-
-	reply(fd, unique, 0, &e, sizeof(e));
-}
-
-static void reply_attr(int fd, uint64_t unique, uint64_t nodeid)
-{
-	struct fuse_attr_out a = { .attr_valid = TIMEOUT, .attr = nodes[nodeid] };
-
-	reply(fd, unique, 0, &a, sizeof(a));
-}
+static int uring; /* serve through io_uring queues, one thread per CPU */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void setattr(struct fuse_attr *a, const struct fuse_setattr_in *in)
 {
@@ -108,29 +111,251 @@ static void setattr(struct fuse_attr *a, const struct fuse_setattr_in *in)
 		a->mtime = in->mtime, a->mtimensec = in->mtimensec;
 }
 
+/*
+ * answer puts the reply to the request in, whose first argument (the
+ * only one read) is at arg, at out; it returns the reply's length, a
+ * negative errno, or NOREPLY.
+ */
+static int answer(const struct fuse_in_header *in, const void *arg, void *out)
+{
+	struct fuse_entry_out *e = out;
+	struct fuse_attr_out *a = out;
+
+	__atomic_fetch_add(&counts[in->opcode & 63], 1, __ATOMIC_RELAXED);
+	switch (in->opcode) {
+	case FUSE_INIT: {
+		const struct fuse_init_in *ii = arg;
+		struct fuse_init_out *o = out;
+
+		memset(o, 0, sizeof(*o));
+		o->major = FUSE_KERNEL_VERSION;
+		o->minor = ii->minor < FUSE_KERNEL_MINOR_VERSION ? ii->minor : FUSE_KERNEL_MINOR_VERSION;
+		o->max_readahead = ii->max_readahead;
+		o->flags = ii->flags & (FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_ATOMIC_O_TRUNC |
+					FUSE_HANDLE_KILLPRIV_V2 | FUSE_DONT_MASK | FUSE_MAX_PAGES |
+					FUSE_PARALLEL_DIROPS);
+		if (uring) {
+			if (!(ii->flags & INIT_EXT) || !(ii->flags2 & OVER_IO_URING_FLAGS2)) {
+				fprintf(stderr, "fuse-floor: no FUSE over io_uring (enable_uring?)\n");
+				exit(1);
+			}
+			o->flags |= INIT_EXT;
+			o->flags2 = OVER_IO_URING_FLAGS2;
+		}
+		o->max_write = MAX_WRITE;
+		o->max_pages = MAX_WRITE / 4096;
+		o->time_gran = 1;
+		return sizeof(*o);
+	}
+	case FUSE_LOOKUP:
+		return -ENOENT;
+	case FUSE_FORGET:
+	case FUSE_BATCH_FORGET:
+	case FUSE_INTERRUPT:
+		return NOREPLY;
+	case FUSE_GETXATTR:
+	case FUSE_LISTXATTR:
+		return -ENODATA;
+	case FUSE_READDIR:
+	case FUSE_READ:
+	case FUSE_RELEASE:
+	case FUSE_RELEASEDIR:
+	case FUSE_UNLINK:
+	case FUSE_RMDIR:
+	case FUSE_FSYNC:
+	case FUSE_FSYNCDIR:
+		return 0; /* nothing to read or to keep */
+	case FUSE_STATFS: {
+		struct fuse_statfs_out *o = out;
+
+		memset(o, 0, sizeof(*o));
+		o->st.bsize = o->st.frsize = 4096;
+		o->st.namelen = 255;
+		return sizeof(*o);
+	}
+	case FUSE_OPEN:
+	case FUSE_OPENDIR: {
+		struct fuse_open_out *o = out;
+
+		memset(o, 0, sizeof(*o));
+		o->fh = in->nodeid;
+		return sizeof(*o);
+	}
+	case FUSE_GETATTR:
+	case FUSE_SETATTR:
+	case FUSE_WRITE:
+	case FUSE_CREATE:
+	case FUSE_MKDIR:
+		break;
+	default:
+		/* FLUSH, ACCESS and the rest: ENOSYS, which the kernel
+		 * remembers for FLUSH and ACCESS, as it does for branchfs. */
+		return -ENOSYS;
+	}
+	/* The requests that read or make nodes. */
+	pthread_mutex_lock(&mu);
+	switch (in->opcode) {
+	case FUSE_GETATTR:
+	case FUSE_SETATTR:
+		if (in->opcode == FUSE_SETATTR)
+			setattr(&nodes[in->nodeid], arg);
+		memset(a, 0, sizeof(*a));
+		a->attr_valid = TIMEOUT;
+		a->attr = nodes[in->nodeid];
+		pthread_mutex_unlock(&mu);
+		return sizeof(*a);
+	case FUSE_WRITE: {
+		const struct fuse_write_in *wi = arg;
+		struct fuse_write_out *o = out;
+
+		if (wi->offset + wi->size > nodes[in->nodeid].size)
+			nodes[in->nodeid].size = wi->offset + wi->size;
+		pthread_mutex_unlock(&mu);
+		memset(o, 0, sizeof(*o));
+		o->size = wi->size;
+		return sizeof(*o);
+	}
+	}
+	/* CREATE and MKDIR: a new node. */
+	memset(e, 0, sizeof(*e));
+	if (in->opcode == FUSE_CREATE) {
+		const struct fuse_create_in *ci = arg;
+		struct fuse_open_out *o = (void *)(e + 1);
+
+		e->nodeid = newnode(S_IFREG | (ci->mode & 07777), in->uid, in->gid);
+		memset(o, 0, sizeof(*o));
+		o->fh = e->nodeid;
+	} else {
+		const struct fuse_mkdir_in *mi = arg;
+
+		e->nodeid = newnode(S_IFDIR | (mi->mode & 07777), in->uid, in->gid);
+	}
+	e->attr = nodes[e->nodeid];
+	pthread_mutex_unlock(&mu);
+	e->entry_valid = e->attr_valid = TIMEOUT;
+	return in->opcode == FUSE_CREATE ? sizeof(*e) + sizeof(struct fuse_open_out) : sizeof(*e);
+}
+
+/*
+ * A thread pinned to one CPU answers the requests that callers on that CPU
+ * make (the kernel queues each request on the queue of the caller's CPU),
+ * through an io_uring of its own: one io_uring_enter(2) commits a reply and
+ * waits for the next request.
+ */
+static int devfd;
+
+static void *uring_queue(void *cpu)
+{
+	int q = (int)(long)cpu, rfd;
+	struct io_uring_params p;
+	cpu_set_t set;
+	struct uring_header *h = calloc(1, sizeof(*h));
+	char *payload = malloc(MAX_WRITE + 4096);
+	struct iovec iov[2] = { { h, sizeof(*h) }, { payload, MAX_WRITE + 4096 } };
+	unsigned char *sq, *cq, *sqes;
+	unsigned *sqtail, *sqmask, *sqarray, *cqhead, *cqtail, *cqmask;
+	struct io_uring_cqe *cqes;
+	unsigned op = URING_REGISTER;
+	uint64_t commit = 0;
+
+	CPU_ZERO(&set);
+	CPU_SET(q, &set);
+	if (sched_setaffinity(0, sizeof(set), &set) < 0 || !h || !payload)
+		goto fail;
+	memset(&p, 0, sizeof(p));
+	p.flags = IORING_SETUP_SQE128 | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+	rfd = syscall(__NR_io_uring_setup, 4, &p);
+	if (rfd < 0)
+		goto fail;
+	sq = mmap(NULL, p.sq_off.array + p.sq_entries * sizeof(unsigned), PROT_READ | PROT_WRITE,
+		  MAP_SHARED | MAP_POPULATE, rfd, IORING_OFF_SQ_RING);
+	cq = mmap(NULL, p.cq_off.cqes + p.cq_entries * sizeof(struct io_uring_cqe), PROT_READ | PROT_WRITE,
+		  MAP_SHARED | MAP_POPULATE, rfd, IORING_OFF_CQ_RING);
+	sqes = mmap(NULL, p.sq_entries * 128, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, rfd,
+		    IORING_OFF_SQES);
+	if (sq == MAP_FAILED || cq == MAP_FAILED || sqes == MAP_FAILED)
+		goto fail;
+	sqtail = (void *)(sq + p.sq_off.tail), sqmask = (void *)(sq + p.sq_off.ring_mask);
+	sqarray = (void *)(sq + p.sq_off.array);
+	cqhead = (void *)(cq + p.cq_off.head), cqtail = (void *)(cq + p.cq_off.tail);
+	cqmask = (void *)(cq + p.cq_off.ring_mask), cqes = (void *)(cq + p.cq_off.cqes);
+	for (;;) {
+		unsigned tail = *sqtail, i = tail & *sqmask, head;
+		struct io_uring_sqe *sqe = (void *)(sqes + i * 128);
+		struct uring_cmd *cmd = (void *)sqe->cmd;
+		struct io_uring_cqe *cqe;
+		struct fuse_in_header in;
+		struct fuse_out_header *oh = (void *)h->in_out;
+		int n;
+
+		memset(sqe, 0, 128);
+		sqe->opcode = IORING_OP_URING_CMD;
+		sqe->fd = devfd;
+		sqe->cmd_op = op;
+		sqe->addr = (uint64_t)(uintptr_t)iov;
+		sqe->len = 2;
+		cmd->commit_id = commit;
+		cmd->qid = q;
+		sqarray[i] = i;
+		__atomic_store_n(sqtail, tail + 1, __ATOMIC_RELEASE);
+		while (syscall(__NR_io_uring_enter, rfd, 1, 1, IORING_ENTER_GETEVENTS, NULL, 0) < 0)
+			if (errno != EINTR)
+				goto fail;
+		head = *cqhead;
+		if (head == __atomic_load_n(cqtail, __ATOMIC_ACQUIRE))
+			continue; /* not possible with min_complete 1, but harmless */
+		cqe = &cqes[head & *cqmask];
+		n = cqe->res;
+		__atomic_store_n(cqhead, head + 1, __ATOMIC_RELEASE);
+		if (n < 0) {
+			if (n != -ENOTCONN && n != -ECANCELED)
+				fprintf(stderr, "fuse-floor: queue %d: %s\n", q, strerror(-n));
+			return NULL; /* unmounted */
+		}
+		memcpy(&in, h->in_out, sizeof(in));
+		__atomic_fetch_add(&through_uring, 1, __ATOMIC_RELAXED);
+		n = answer(&in, h->op_in, payload);
+		/* Nothing is sent through io_uring that wants no reply. */
+		memset(oh, 0, sizeof(*oh));
+		oh->unique = in.unique;
+		oh->error = n < 0 ? n : 0;
+		oh->len = sizeof(*oh) + (n > 0 ? n : 0);
+		h->ent.payload_sz = n > 0 ? n : 0;
+		commit = in.unique;
+		op = URING_COMMIT_AND_FETCH;
+	}
+fail:
+	perror("fuse-floor: io_uring queue");
+	exit(1);
+}
+
 static int serve(const char *mnt)
 {
-	static char buf[MAX_WRITE + 4096];
+	static char buf[MAX_WRITE + 4096], out[4096];
 	char opts[256];
-	int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+	int started = 0;
 
-	if (fd < 0) {
+	devfd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+	if (devfd < 0) {
 		perror("fuse-floor: /dev/fuse");
 		return 1;
 	}
 	snprintf(opts, sizeof(opts),
 		 "fd=%d,rootmode=40000,user_id=0,group_id=0,max_read=%d,default_permissions,allow_other",
-		 fd, MAX_WRITE);
+		 devfd, MAX_WRITE);
 	if (mount("fuse-floor", mnt, "fuse.fuse-floor", MS_NOSUID | MS_NODEV, opts) < 0) {
 		perror("fuse-floor: mount");
 		return 1;
 	}
 	newnode(0, 0, 0); /* node ID 0 is none */
 	newnode(S_IFDIR | 0755, 0, 0);
+	/* With io_uring, /dev/fuse still carries INIT and FORGETs. */
 	for (;;) {
-		ssize_t n = read(fd, buf, sizeof(buf));
+		ssize_t n = read(devfd, buf, sizeof(buf));
 		struct fuse_in_header *in = (void *)buf;
-		void *arg = buf + sizeof(*in);
+		struct fuse_out_header h = { .unique = in->unique };
+		struct iovec iov[2] = { { &h, sizeof(h) }, { out, 0 } };
+		int len;
 
 		if (n < 0) {
 			if (errno == ENOENT || errno == EINTR)
@@ -139,104 +364,31 @@ static int serve(const char *mnt)
 				perror("fuse-floor: read");
 			break;
 		}
-		counts[in->opcode & 63]++;
-		switch (in->opcode) {
-		case FUSE_INIT: {
-			const struct fuse_init_in *ii = arg;
-			struct fuse_init_out o = {
-				.major = FUSE_KERNEL_VERSION,
-				.minor = ii->minor < FUSE_KERNEL_MINOR_VERSION ? ii->minor :
-									 FUSE_KERNEL_MINOR_VERSION,
-				.max_readahead = ii->max_readahead,
-				.flags = ii->flags & (FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_ATOMIC_O_TRUNC |
-						      FUSE_HANDLE_KILLPRIV_V2 | FUSE_DONT_MASK | FUSE_MAX_PAGES |
-						      FUSE_PARALLEL_DIROPS),
-				.max_write = MAX_WRITE, .max_pages = MAX_WRITE / 4096, .time_gran = 1,
-			};
+		len = answer(in, buf + sizeof(*in), out);
+		if (len == NOREPLY)
+			continue;
+		if (len < 0)
+			h.error = len;
+		else
+			iov[1].iov_len = len;
+		h.len = sizeof(h) + iov[1].iov_len;
+		/* ENOENT: the caller was interrupted and the request is gone. */
+		if (writev(devfd, iov, 2) < 0 && errno != ENOENT)
+			perror("fuse-floor: writev");
+		for (; uring && !started; started = 1) {
+			pthread_t t;
+			long cpus = sysconf(_SC_NPROCESSORS_CONF);
 
-			reply(fd, in->unique, 0, &o, sizeof(o));
-			break;
-		}
-		case FUSE_LOOKUP:
-			reply(fd, in->unique, ENOENT, NULL, 0);
-			break;
-		case FUSE_GETATTR:
-			reply_attr(fd, in->unique, in->nodeid);
-			break;
-		case FUSE_SETATTR:
-			setattr(&nodes[in->nodeid], arg);
-			reply_attr(fd, in->unique, in->nodeid);
-			break;
-		case FUSE_CREATE: {
-			const struct fuse_create_in *ci = arg;
-			struct {
-				struct fuse_entry_out e;
-				struct fuse_open_out o;
-			} r;
-
-			memset(&r, 0, sizeof(r));
-			r.e.entry_valid = r.e.attr_valid = TIMEOUT;
-			r.e.nodeid = newnode(S_IFREG | (ci->mode & 07777), in->uid, in->gid);
-			r.e.attr = nodes[r.e.nodeid];
-			r.o.fh = r.e.nodeid;
-			reply(fd, in->unique, 0, &r, sizeof(r));
-			break;
-		}
-		case FUSE_MKDIR: {
-			const struct fuse_mkdir_in *mi = arg;
-
-			reply_entry(fd, in->unique, newnode(S_IFDIR | (mi->mode & 07777), in->uid, in->gid));
-			break;
-		}
-		case FUSE_WRITE: {
-			const struct fuse_write_in *wi = arg;
-			struct fuse_write_out o = { .size = wi->size };
-
-			if (wi->offset + wi->size > nodes[in->nodeid].size)
-				nodes[in->nodeid].size = wi->offset + wi->size;
-			reply(fd, in->unique, 0, &o, sizeof(o));
-			break;
-		}
-		case FUSE_OPEN:
-		case FUSE_OPENDIR: {
-			struct fuse_open_out o = { .fh = in->nodeid };
-
-			reply(fd, in->unique, 0, &o, sizeof(o));
-			break;
-		}
-		case FUSE_READDIR:
-		case FUSE_READ:
-		case FUSE_RELEASE:
-		case FUSE_RELEASEDIR:
-		case FUSE_UNLINK:
-		case FUSE_RMDIR:
-		case FUSE_FSYNC:
-		case FUSE_FSYNCDIR:
-			reply(fd, in->unique, 0, NULL, 0); /* nothing to read or to keep */
-			break;
-		case FUSE_GETXATTR:
-		case FUSE_LISTXATTR:
-			reply(fd, in->unique, ENODATA, NULL, 0);
-			break;
-		case FUSE_STATFS: {
-			struct fuse_statfs_out o = { .st = { .bsize = 4096, .frsize = 4096, .namelen = 255 } };
-
-			reply(fd, in->unique, 0, &o, sizeof(o));
-			break;
-		}
-		case FUSE_FORGET:
-		case FUSE_BATCH_FORGET:
-		case FUSE_INTERRUPT:
-			break; /* no reply */
-		default:
-			/* FLUSH, ACCESS and the rest: ENOSYS, which the kernel
-			 * remembers for FLUSH and ACCESS, as it does for branchfs. */
-			reply(fd, in->unique, ENOSYS, NULL, 0);
+			for (long cpu = 0; cpu < cpus; cpu++)
+				if (pthread_create(&t, NULL, uring_queue, (void *)cpu))
+					return 1;
 		}
 	}
 	for (int op = 0; op < 64; op++)
 		if (counts[op])
 			fprintf(stderr, "opcode %d: %llu\n", op, (unsigned long long)counts[op]);
+	if (uring)
+		fprintf(stderr, "through io_uring: %llu\n", (unsigned long long)through_uring);
 	return 0;
 }
 
@@ -264,8 +416,12 @@ int main(int argc, char **argv)
 {
 	if (argc == 3 && !strcmp(argv[1], "serve"))
 		return serve(argv[2]);
+	if (argc == 3 && !strcmp(argv[1], "serve-uring")) {
+		uring = 1;
+		return serve(argv[2]);
+	}
 	if (argc == 4 && !strcmp(argv[1], "stat"))
 		return stats(argv[2], atol(argv[3]));
-	fprintf(stderr, "usage: fuse-floor serve MNT | fuse-floor stat DIR N\n");
+	fprintf(stderr, "usage: fuse-floor serve|serve-uring MNT | fuse-floor stat DIR N\n");
 	return 2;
 }

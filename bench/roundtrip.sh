@@ -8,13 +8,16 @@
 #
 #   bench/roundtrip.sh stat [ROUNDS] [N]  stat(2) of N missing names, each a
 #       LOOKUP: microseconds per call on native ext4, the kernel's overlayfs,
-#       fuse-floor, a branch view and fuse-overlayfs; client and daemon free,
-#       on one CPU, and on different CPUs
+#       fuse-floor (through /dev/fuse, and through io_uring with a queue per
+#       CPU), a branch view and fuse-overlayfs; client and daemon free, on
+#       one CPU, on different CPUs, and the daemon on one CPU with the
+#       client free
 #   bench/roundtrip.sh tree [ROUNDS]      tar -xf of Go's src/, cp -a and
 #       rm -rf of it (with syncfs, as the bench's tree workload), natively,
-#       into fuse-floor (extraction only: it keeps no files) and in a branch
-#       view, each on an ext4 file system of its own, free and with tar and
-#       the daemon on one CPU, or the daemon on one and tar anywhere
+#       into fuse-floor (extraction only, as it keeps no files; /dev/fuse
+#       and io_uring) and in a branch view, each on an ext4 file system of
+#       its own: free, with tar and the daemon on one CPU, and with the
+#       daemon on one CPU and tar anywhere
 #
 # Systems and placements take turns in a shuffled order within each round;
 # each line of output is one measurement with the load average then, and
@@ -30,14 +33,19 @@ mounts=() # unmounted in reverse order at exit
 unmount() { # branchfs's unmount waits for its daemon to end
 	if grep -q " $1 fuse.branchfs " /proc/mounts; then "$bin" unmount "$1"; else umount "$1"; fi
 }
+uring=/sys/module/fuse/parameters/enable_uring
+olduring=$(cat $uring)
 cleanup() {
+	echo "$olduring" >$uring
 	for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
 		unmount "${mounts[i]}" || umount -l "${mounts[i]}" || true
 	done
 	rm -rf "$work"
 }
 trap cleanup EXIT
-cc -O2 -Wall -o "$work/fuse-floor" "$repo/bench/fuse-floor.c"
+cc -O2 -Wall -pthread -o "$work/fuse-floor" "$repo/bench/fuse-floor.c"
+# Lets daemons ask for FUSE over io_uring (fuse-floor-uring); restored at exit.
+echo Y >$uring
 floor=$work/fuse-floor
 load() { cut -d' ' -f1 /proc/loadavg; }
 
@@ -52,9 +60,9 @@ freshfs() {
 	mounts+=("$1")
 }
 # Mount helpers; each sets pid to the daemon's process ID.
-mount_floor() {
+mount_floor() { # MNT [serve-uring]
 	mkdir -p "$1"
-	"$floor" serve "$1" 2>"$1.counts" &
+	"$floor" "${2:-serve}" "$1" 2>"$1.counts" &
 	pid=$!
 	until grep -q " $1 fuse.fuse-floor " /proc/mounts; do sleep 0.01; done
 	mounts+=("$1")
@@ -113,13 +121,15 @@ if [ "$mode" = stat ]; then
 	mounts+=("$work/kovl")
 	mount_floor "$work/floor"
 	floorpid=$pid
+	mount_floor "$work/uring" serve-uring
 	mount_branch "$work/fs/base" "$work/fs/store" "$work/bmnt"
 	branchpid=$pid
 	mount_fovl "$work/fs/lower" "$work/fs/fu" "$work/fs/fw" "$work/fovl"
 	fovlpid=$pid
 	declare -A dir=([native]=$work/fs/native [overlayfs]=$work/kovl [fuse-floor]=$work/floor
-		[branch]=$work/bmnt/@b [fuse-overlayfs]=$work/fovl)
-	declare -A daemon=([native]= [overlayfs]= [fuse-floor]=$floorpid [branch]=$branchpid [fuse-overlayfs]=$fovlpid)
+		[fuse-floor-uring]=$work/uring [branch]=$work/bmnt/@b [fuse-overlayfs]=$work/fovl)
+	declare -A daemon=([native]= [overlayfs]= [fuse-floor]=$floorpid
+		[fuse-floor-uring]= [branch]=$branchpid [fuse-overlayfs]=$fovlpid)
 	for ((r = 0; r < rounds; r++)); do
 		cpu=$((r % 2))
 		for t in $(for s in "${!dir[@]}"; do for p in free one cross dpin; do
@@ -152,7 +162,7 @@ timed() {
 }
 for ((r = 0; r < rounds; r++)); do
 	cpu=$((r % 2))
-	for t in $(printf '%s\n' native/free fuse-floor/free fuse-floor/one fuse-floor/dpin branch/free branch/one branch/dpin | shuf); do
+	for t in $(printf '%s\n' native/free fuse-floor/free fuse-floor/one fuse-floor/dpin fuse-floor-uring/free branch/free branch/one branch/dpin | shuf); do
 		s=${t%/*} p=${t#*/}
 		fs=$work/fs-$r-$s-$p
 		freshfs "$fs"
@@ -160,20 +170,21 @@ for ((r = 0; r < rounds; r++)); do
 		case $s in
 		native) d=$fs/native && mkdir "$d" ;;
 		fuse-floor) mount_floor "$work/floor" && d=$work/floor/x && mkdir "$d" ;;
+		fuse-floor-uring) mount_floor "$work/floor" serve-uring && d=$work/floor/x && mkdir "$d" && pid= ;;
 		branch) mount_branch "$fs/base" "$fs/store" "$work/bmnt" && d=$work/bmnt/@b/x && mkdir "$d" ;;
 		esac
 		cpus=$(place "$p" $cpu "$pid")
 		x=$(timed "$d" "$fs" "$cpus" tar -xf "$work/src.tar")
 		echo "$s-extract $p $x $(load)" | tee -a "$out"
-		if [ $s != fuse-floor ]; then
+		if [ ${s#fuse-floor} = $s ]; then
 			x=$(timed "$d" "$fs" "$cpus" cp -a src copy)
 			echo "$s-cp $p $x $(load)" | tee -a "$out"
 			x=$(timed "$d" "$fs" "$cpus" rm -rf copy)
 			echo "$s-rm $p $x $(load)" | tee -a "$out"
 		fi
-		if [ $s = fuse-floor ]; then
-			unmount_last && wait "$pid"
-			awk -v n="$files" '{ r += $3 } END { printf "fuse-floor: %.1f requests per file\n", r / n }' "$work/floor.counts"
+		if [ ${s#fuse-floor} != $s ]; then
+			unmount_last && wait
+			awk -v n="$files" '$1 == "opcode" { r += $3 } END { printf "fuse-floor: %.1f requests per file\n", r / n }' "$work/floor.counts"
 		elif [ $s = branch ]; then
 			unmount_last
 		fi
