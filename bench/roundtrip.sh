@@ -162,12 +162,16 @@ timed() {
 }
 for ((r = 0; r < rounds; r++)); do
 	cpu=$((r % 2))
-	for t in $(printf '%s\n' native/free fuse-floor/free fuse-floor/one fuse-floor/dpin fuse-floor-uring/free branch/free branch/one branch/dpin | shuf); do
+	for t in $(printf '%s\n' tar-only/free native/free fuse-floor/free fuse-floor/one fuse-floor/dpin fuse-floor-uring/free branch/free branch/one ${DPIN:+branch/dpin} | shuf); do
 		s=${t%/*} p=${t#*/}
 		fs=$work/fs-$r-$s-$p
 		freshfs "$fs"
 		pid=
 		case $s in
+		tar-only) # reading and parsing the archive alone, the part of tar's time no file system takes
+			x=$( { /usr/bin/time -f %e tar -xOf "$work/src.tar" >/dev/null; } 2>&1)
+			echo "$s-extract $p $x $(load)" | tee -a "$out"
+			unmount_last && rm -f "$fs.img" && continue ;;
 		native) d=$fs/native && mkdir "$d" ;;
 		fuse-floor) mount_floor "$work/floor" && d=$work/floor/x && mkdir "$d" ;;
 		fuse-floor-uring) mount_floor "$work/floor" serve-uring && d=$work/floor/x && mkdir "$d" && pid= ;;
@@ -176,13 +180,13 @@ for ((r = 0; r < rounds; r++)); do
 		cpus=$(place "$p" $cpu "$pid")
 		x=$(timed "$d" "$fs" "$cpus" tar -xf "$work/src.tar")
 		echo "$s-extract $p $x $(load)" | tee -a "$out"
-		if [ ${s#fuse-floor} = $s ]; then
+		if [ "${s#fuse-floor}" = "$s" ]; then
 			x=$(timed "$d" "$fs" "$cpus" cp -a src copy)
 			echo "$s-cp $p $x $(load)" | tee -a "$out"
 			x=$(timed "$d" "$fs" "$cpus" rm -rf copy)
 			echo "$s-rm $p $x $(load)" | tee -a "$out"
 		fi
-		if [ ${s#fuse-floor} != $s ]; then
+		if [ "${s#fuse-floor}" != "$s" ]; then
 			unmount_last && wait
 			awk -v n="$files" '$1 == "opcode" { r += $3 } END { printf "fuse-floor: %.1f requests per file\n", r / n }' "$work/floor.counts"
 		elif [ $s = branch ]; then
