@@ -1,7 +1,7 @@
 #!/bin/bash
 # The floor of a FUSE daemon on this machine (docs/performance.md, "The
 # floor"): what one request costs through the kernel's FUSE code with the
-# cheapest daemon there can be (bench/fuse-floor.c), against branchfs and
+# cheapest daemon there can be (bench/floor/fuse-floor.c), against branchfs and
 # fuse-overlayfs, and what an extraction costs natively and into that
 # daemon. Needs root, a C compiler, fuse-overlayfs and a built binary
 # (make build).
@@ -43,7 +43,7 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-cc -O2 -Wall -pthread -o "$work/fuse-floor" "$repo/bench/fuse-floor.c"
+cc -O2 -Wall -pthread -o "$work/fuse-floor" "$repo/bench/floor/fuse-floor.c"
 # Lets daemons ask for FUSE over io_uring (fuse-floor-uring); restored at exit.
 echo Y >$uring
 floor=$work/fuse-floor

@@ -2,7 +2,8 @@
 /*
  * fuse-floor: the cheapest FUSE daemon there can be, to measure what the
  * kernel's FUSE protocol costs by itself on this machine (see
- * bench/roundtrip.sh and docs/performance.md, "The floor").
+ * bench/roundtrip.sh and docs/performance.md, "The floor"). It has a
+ * directory of its own: a Go package (bench) may hold no C file without cgo.
  *
  *   fuse-floor serve MNT    mount a file system of nothing at MNT and answer
  *                           its requests until it is unmounted; then print
