@@ -14,8 +14,8 @@
 #       client free
 #   bench/roundtrip.sh tree [ROUNDS]      tar -xf of Go's src/, cp -a and
 #       rm -rf of it (with syncfs, as the bench's tree workload), natively,
-#       into fuse-floor (extraction only, as it keeps no files; /dev/fuse
-#       and io_uring) and in a branch view, each on an ext4 file system of
+#       into fuse-floor (extraction only, as it keeps no files; /dev/fuse,
+#       io_uring, and with the writeback cache) and in a branch view, each on an ext4 file system of
 #       its own: free, with tar and the daemon on one CPU, and with the
 #       daemon on one CPU and tar anywhere
 #
@@ -162,7 +162,7 @@ timed() {
 }
 for ((r = 0; r < rounds; r++)); do
 	cpu=$((r % 2))
-	for t in $(printf '%s\n' tar-only/free native/free fuse-floor/free fuse-floor/one fuse-floor/dpin fuse-floor-uring/free branch/free branch/one ${DPIN:+branch/dpin} | shuf); do
+	for t in $(printf '%s\n' tar-only/free native/free fuse-floor/free fuse-floor/one fuse-floor/dpin fuse-floor-uring/free fuse-floor-wb/free fuse-floor-wb/one branch/free branch/one ${DPIN:+branch/dpin} | shuf); do
 		s=${t%/*} p=${t#*/}
 		fs=$work/fs-$r-$s-$p
 		freshfs "$fs"
@@ -175,6 +175,7 @@ for ((r = 0; r < rounds; r++)); do
 		native) d=$fs/native && mkdir "$d" ;;
 		fuse-floor) mount_floor "$work/floor" && d=$work/floor/x && mkdir "$d" ;;
 		fuse-floor-uring) mount_floor "$work/floor" serve-uring && d=$work/floor/x && mkdir "$d" && pid= ;;
+		fuse-floor-wb) FUSE_FLOOR_WRITEBACK=1 mount_floor "$work/floor" && d=$work/floor/x && mkdir "$d" ;;
 		branch) mount_branch "$fs/base" "$fs/store" "$work/bmnt" && d=$work/bmnt/@b/x && mkdir "$d" ;;
 		esac
 		cpus=$(place "$p" $cpu "$pid")

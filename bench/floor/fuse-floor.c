@@ -24,7 +24,8 @@
  * them). It asks at INIT for what branchfs asks that changes which
  * requests the kernel sends (atomic O_TRUNC, KILLPRIV_V2, no umask,
  * default_permissions, no writeback cache), so that `tar -xf` into it
- * sends the requests an extraction sends branchfs.
+ * sends the requests an extraction sends branchfs. With FUSE_FLOOR_WRITEBACK
+ * set it asks for the writeback cache as well, which passthrough excludes.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -135,6 +136,9 @@ static int answer(const struct fuse_in_header *in, const void *arg, void *out)
 		o->flags = ii->flags & (FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_ATOMIC_O_TRUNC |
 					FUSE_HANDLE_KILLPRIV_V2 | FUSE_DONT_MASK | FUSE_MAX_PAGES |
 					FUSE_PARALLEL_DIROPS);
+		/* What a daemon without passthrough may ask for instead. */
+		if (getenv("FUSE_FLOOR_WRITEBACK"))
+			o->flags |= ii->flags & FUSE_WRITEBACK_CACHE;
 		if (uring) {
 			if (!(ii->flags & INIT_EXT) || !(ii->flags2 & OVER_IO_URING_FLAGS2)) {
 				fprintf(stderr, "fuse-floor: no FUSE over io_uring (enable_uring?)\n");
