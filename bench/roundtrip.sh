@@ -18,6 +18,15 @@
 #       io_uring, and with the writeback cache) and in a branch view, each on an ext4 file system of
 #       its own: free, with tar and the daemon on one CPU, and with the
 #       daemon on one CPU and tar anywhere
+#   bench/roundtrip.sh write [ROUNDS] [MIB]  the bench's write workload: a
+#       new file of MIB MiB (512) written in 64 KiB blocks and fsynced,
+#       natively, into fuse-floor storing it in a file (serve-store:
+#       read(2) of each request and pwrite(2) of its payload;
+#       serve-splice: splice(2) through a pipe; direct: serve-store with
+#       FOPEN_DIRECT_IO, no page cache of the mount; direct+splice: both)
+#       and in a branch view, each
+#       on an ext4 file system of its own; free and on one CPU. With
+#       OLD=path/to/branchfs, a branch view of that binary takes turns too.
 #
 # Systems and placements take turns in a shuffled order within each round;
 # each line of output is one measurement with the load average then, and
@@ -67,7 +76,8 @@ mount_floor() { # MNT [serve-uring]
 	until grep -q " $1 fuse.fuse-floor " /proc/mounts; do sleep 0.01; done
 	mounts+=("$1")
 }
-mount_branch() { # BASE STORE MNT; the view is MNT/@b
+mount_branch() { # BASE STORE MNT [BINARY]; the view is MNT/@b
+	local bin=${4:-$bin}
 	mkdir -p "$1" "$3"
 	"$bin" mount --base "$1" --store "$2" "$3"
 	mounts+=("$3")
@@ -139,6 +149,46 @@ if [ "$mode" = stat ]; then
 			s=${t%/*} p=${t#*/}
 			client=$(place "$p" $cpu "${daemon[$s]}")
 			echo "$s $p $(taskset -c "$client" "$floor" stat "${dir[$s]}" "$n") $(load)" | tee -a "$out"
+		done
+	done
+	summary "$out"
+	exit
+fi
+
+if [ "$mode" = write ]; then
+	mib=${3:-512}
+	for ((r = 0; r < rounds; r++)); do
+		cpu=$((r % 2))
+		for t in $(printf '%s\n' native/free native/one fuse-floor-store/free fuse-floor-store/one \
+			fuse-floor-splice/free fuse-floor-splice/one fuse-floor-direct/free fuse-floor-direct/one fuse-floor-direct+splice/free fuse-floor-direct+splice/one branch/free branch/one ${OLD:+branch-old/free branch-old/one} | shuf); do
+			s=${t%/*} p=${t#*/}
+			fs=$work/fs-$r-$s-$p
+			freshfs "$fs"
+			pid=
+			case $s in
+			native) d=$fs ;;
+			fuse-floor-*) mkdir -p "$work/floor"
+				kind=${s#fuse-floor-}
+				case $kind in direct*) export FUSE_FLOOR_DIRECT_IO=1 ;; esac
+				case $kind in direct) kind=store ;; direct+splice) kind=splice ;; esac
+				"$floor" "serve-$kind" "$work/floor" "$fs/backing" 2>"$work/floor.counts" &
+				unset FUSE_FLOOR_DIRECT_IO
+				pid=$! ;;
+			branch) mount_branch "$fs/base" "$fs/store" "$work/bmnt" && d=$work/bmnt/@b ;;
+			branch-old) mount_branch "$fs/base" "$fs/store" "$work/bmnt" "$OLD" && d=$work/bmnt/@b ;;
+			esac
+			if [ "${s#fuse-floor}" != "$s" ]; then
+				until grep -q " $work/floor fuse.fuse-floor " /proc/mounts; do sleep 0.01; done
+				mounts+=("$work/floor")
+				d=$work/floor
+			fi
+			cpus=$(place "$p" $cpu "$pid")
+			sync -f "$fs"
+			echo "$s $p $(taskset -c "$cpus" "$floor" write "$d/out" "$mib") $(load)" | tee -a "$out"
+			[ "$d" = "$fs" ] || unmount_last
+			[ "${s#fuse-floor}" = "$s" ] || wait "$pid"
+			unmount_last
+			rm -f "$fs.img"
 		done
 	done
 	summary "$out"

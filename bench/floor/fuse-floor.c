@@ -11,8 +11,20 @@
  *   fuse-floor serve-uring MNT   the same through FUSE over io_uring: a queue
  *                           per CPU, each answered by a thread pinned to it
  *                           (needs /sys/module/fuse/parameters/enable_uring)
+ *   fuse-floor serve-store MNT FILE   the same, but every file created at
+ *                           MNT is stored in FILE, on a real file system:
+ *                           a create makes FILE anew, a WRITE is pwrite(2)
+ *                           to it at the offset, FSYNC is fsync(2) of it, an
+ *                           unlink removes it (one file at a time)
+ *   fuse-floor serve-splice MNT FILE  serve-store reading each request with
+ *                           splice(2) into a pipe and splicing a WRITE's
+ *                           payload from there into FILE: the kernel moves
+ *                           the written pages into the pipe, one copy less
  *   fuse-floor stat DIR N   stat(2) N distinct names that do not exist in
  *                           DIR; print the mean microseconds per call
+ *   fuse-floor write FILE MIB   create FILE, write MIB MiB to it in 64 KiB
+ *                           blocks, fsync and close it (as the bench's write
+ *                           workload); print MiB per second, then remove it
  *
  * The server is one thread in blocking read(2) and write(2) on /dev/fuse,
  * written from <linux/fuse.h> alone (no libfuse). It stores nothing: a
@@ -21,7 +33,8 @@
  * attributes only, and whose name the kernel keeps for an hour as it does
  * branchfs's, so that it never looks one up; writes are counted and dropped; there are no xattrs
  * (ENODATA, so the kernel keeps asking, as it must of a daemon that keeps
- * them). It asks at INIT for what branchfs asks that changes which
+ * them). With FUSE_FLOOR_DIRECT_IO set, created files are opened with
+ * FOPEN_DIRECT_IO: a WRITE carries the caller's own pages. It asks at INIT for what branchfs asks that changes which
  * requests the kernel sends (atomic O_TRUNC, KILLPRIV_V2, no umask,
  * default_permissions, no writeback cache), so that `tar -xf` into it
  * sends the requests an extraction sends branchfs. With FUSE_FLOOR_WRITEBACK
@@ -47,6 +60,7 @@
 #include <unistd.h>
 
 #define MAX_WRITE (1 << 20)
+#define SPLICE_WRITE (256 << 10)
 #define TIMEOUT 3600 /* seconds of entry and attribute validity, as branchfs */
 
 static struct fuse_attr *nodes; /* by node ID; 1 is the root */
@@ -95,6 +109,23 @@ struct uring_cmd {
 enum { URING_REGISTER = 1, URING_COMMIT_AND_FETCH = 2 };
 
 static int uring; /* serve through io_uring queues, one thread per CPU */
+/* serve-store and serve-splice: the file that holds what is written. */
+static const char *backing;
+static int backfd = -1;
+static int splicing; /* a WRITE's payload is stored before answer */
+
+/* store makes the backing file anew for a create (keep 0) or removes it. */
+static int store(int keep)
+{
+	if (backfd >= 0)
+		close(backfd);
+	backfd = -1;
+	if (unlink(backing) < 0 && errno != ENOENT)
+		return -errno;
+	if (keep && (backfd = open(backing, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0)
+		return -errno;
+	return 0;
+}
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void setattr(struct fuse_attr *a, const struct fuse_setattr_in *in)
@@ -147,8 +178,9 @@ static int answer(const struct fuse_in_header *in, const void *arg, void *out)
 			o->flags |= INIT_EXT;
 			o->flags2 = OVER_IO_URING_FLAGS2;
 		}
-		o->max_write = MAX_WRITE;
-		o->max_pages = MAX_WRITE / 4096;
+		/* A spliced request must fit the pipe (pipe-max-size, 1 MiB). */
+		o->max_write = splicing ? SPLICE_WRITE : MAX_WRITE;
+		o->max_pages = o->max_write / 4096;
 		o->time_gran = 1;
 		return sizeof(*o);
 	}
@@ -161,13 +193,15 @@ static int answer(const struct fuse_in_header *in, const void *arg, void *out)
 	case FUSE_GETXATTR:
 	case FUSE_LISTXATTR:
 		return -ENODATA;
+	case FUSE_UNLINK:
+		return backing ? store(0) : 0;
+	case FUSE_FSYNC:
+		return backing && backfd >= 0 && fsync(backfd) < 0 ? -errno : 0;
 	case FUSE_READDIR:
 	case FUSE_READ:
 	case FUSE_RELEASE:
 	case FUSE_RELEASEDIR:
-	case FUSE_UNLINK:
 	case FUSE_RMDIR:
-	case FUSE_FSYNC:
 	case FUSE_FSYNCDIR:
 		return 0; /* nothing to read or to keep */
 	case FUSE_STATFS: {
@@ -186,10 +220,17 @@ static int answer(const struct fuse_in_header *in, const void *arg, void *out)
 		o->fh = in->nodeid;
 		return sizeof(*o);
 	}
+	case FUSE_CREATE:
+		if (backing) {
+			int err = store(1);
+
+			if (err)
+				return err;
+		}
+		break;
 	case FUSE_GETATTR:
 	case FUSE_SETATTR:
 	case FUSE_WRITE:
-	case FUSE_CREATE:
 	case FUSE_MKDIR:
 		break;
 	default:
@@ -213,6 +254,12 @@ static int answer(const struct fuse_in_header *in, const void *arg, void *out)
 		const struct fuse_write_in *wi = arg;
 		struct fuse_write_out *o = out;
 
+		/* The payload follows the argument (spliced already if splicing). */
+		if (backing && !splicing &&
+		    pwrite(backfd, (const char *)(wi + 1), wi->size, wi->offset) != (ssize_t)wi->size) {
+			pthread_mutex_unlock(&mu);
+			return -EIO;
+		}
 		if (wi->offset + wi->size > nodes[in->nodeid].size)
 			nodes[in->nodeid].size = wi->offset + wi->size;
 		pthread_mutex_unlock(&mu);
@@ -230,6 +277,9 @@ static int answer(const struct fuse_in_header *in, const void *arg, void *out)
 		e->nodeid = newnode(S_IFREG | (ci->mode & 07777), in->uid, in->gid);
 		memset(o, 0, sizeof(*o));
 		o->fh = e->nodeid;
+		/* Writes from the caller's pages, no page cache of the mount. */
+		if (getenv("FUSE_FLOOR_DIRECT_IO"))
+			o->open_flags = FOPEN_DIRECT_IO;
 	} else {
 		const struct fuse_mkdir_in *mi = arg;
 
@@ -334,6 +384,59 @@ fail:
 	exit(1);
 }
 
+static int pfd[2]; /* serve-splice's pipe */
+
+/* readall reads n bytes from fd into p. */
+static int readall(int fd, char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t r = read(fd, p, n);
+
+		if (r <= 0)
+			return -1;
+		p += r, n -= r;
+	}
+	return 0;
+}
+
+/*
+ * splice_request moves the next request into the pipe and reads it into
+ * buf, but for a WRITE's payload, which it splices into the backing file.
+ * It returns the request's length, or -1 with errno set.
+ */
+static ssize_t splice_request(char *buf)
+{
+	ssize_t n = splice(devfd, NULL, pfd[1], NULL, MAX_WRITE + 4096, 0);
+	struct fuse_in_header *in = (void *)buf;
+	const size_t wlen = sizeof(*in) + sizeof(struct fuse_write_in);
+
+	if (n < 0)
+		return -1;
+	if (readall(pfd[0], buf, sizeof(*in)) < 0)
+		goto broken;
+	if (in->opcode != FUSE_WRITE || in->len < wlen)
+		return readall(pfd[0], buf + sizeof(*in), n - sizeof(*in)) < 0 ? -1 : n;
+	if (readall(pfd[0], buf + sizeof(*in), wlen - sizeof(*in)) < 0)
+		goto broken;
+	{
+		struct fuse_write_in *wi = (void *)(in + 1);
+		loff_t off = wi->offset;
+		size_t left = n - wlen;
+
+		while (left > 0) {
+			ssize_t s = splice(pfd[0], NULL, backfd, &off, left, SPLICE_F_MOVE);
+
+			if (s <= 0)
+				goto broken;
+			left -= s;
+		}
+	}
+	return n;
+broken:
+	perror("fuse-floor: splice");
+	exit(1);
+}
+
 static int serve(const char *mnt)
 {
 	static char buf[MAX_WRITE + 4096], out[4096];
@@ -355,8 +458,12 @@ static int serve(const char *mnt)
 	newnode(0, 0, 0); /* node ID 0 is none */
 	newnode(S_IFDIR | 0755, 0, 0);
 	/* With io_uring, /dev/fuse still carries INIT and FORGETs. */
+	if (splicing && (pipe2(pfd, O_CLOEXEC) < 0 || fcntl(pfd[0], F_SETPIPE_SZ, 2 * SPLICE_WRITE) < 0)) {
+		perror("fuse-floor: pipe");
+		return 1;
+	}
 	for (;;) {
-		ssize_t n = read(devfd, buf, sizeof(buf));
+		ssize_t n = splicing ? splice_request(buf) : read(devfd, buf, sizeof(buf));
 		struct fuse_in_header *in = (void *)buf;
 		struct fuse_out_header h = { .unique = in->unique };
 		struct iovec iov[2] = { { &h, sizeof(h) }, { out, 0 } };
@@ -417,6 +524,33 @@ static int stats(const char *dir, long n)
 	return 0;
 }
 
+static int writes(const char *path, long mib)
+{
+	static char block[64 << 10];
+	struct timespec t0, t1;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+	if (fd < 0) {
+		perror(path);
+		return 1;
+	}
+	for (size_t i = 0; i < sizeof(block); i++)
+		block[i] = i * 7; /* as the bench's writeFile */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (long i = 0; i < mib * 16; i++)
+		if (write(fd, block, sizeof(block)) != sizeof(block)) {
+			perror(path);
+			return 1;
+		}
+	if (fsync(fd) < 0 || close(fd) < 0) {
+		perror(path);
+		return 1;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("%.0f\n", mib / ((t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9));
+	return unlink(path) < 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && !strcmp(argv[1], "serve"))
@@ -425,8 +559,16 @@ int main(int argc, char **argv)
 		uring = 1;
 		return serve(argv[2]);
 	}
+	if (argc == 4 && (!strcmp(argv[1], "serve-store") || !strcmp(argv[1], "serve-splice"))) {
+		backing = argv[3];
+		splicing = !strcmp(argv[1], "serve-splice");
+		return serve(argv[2]);
+	}
+	if (argc == 4 && !strcmp(argv[1], "write"))
+		return writes(argv[2], atol(argv[3]));
 	if (argc == 4 && !strcmp(argv[1], "stat"))
 		return stats(argv[2], atol(argv[3]));
-	fprintf(stderr, "usage: fuse-floor serve|serve-uring MNT | fuse-floor stat DIR N\n");
+	fprintf(stderr, "usage: fuse-floor serve|serve-uring MNT | fuse-floor serve-store|serve-splice MNT FILE |\n"
+			"       fuse-floor stat DIR N | fuse-floor write FILE MIB\n");
 	return 2;
 }
