@@ -139,6 +139,6 @@ func (n *Node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	}
 	in := n.newChild(ctx, e, out)
 	child := in.Operations().(*Node)
-	h, fuseFlags := child.newHandle(f, true, 0)
+	h, fuseFlags := child.newHandle(f, true, 0, flags)
 	return in, h, fuseFlags, 0
 }
