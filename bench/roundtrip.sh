@@ -27,6 +27,9 @@
 #       and in a branch view, each
 #       on an ext4 file system of its own; free and on one CPU. With
 #       OLD=path/to/branchfs, a branch view of that binary takes turns too.
+#       The file is opened O_RDWR, as the bench's os.Create does; with
+#       OPEN=w, O_WRONLY, as a shell's > or dd do. SYSTEMS='native ...'
+#       picks systems.
 #
 # Systems and placements take turns in a shuffled order within each round;
 # each line of output is one measurement with the load average then, and
@@ -159,8 +162,8 @@ if [ "$mode" = write ]; then
 	mib=${3:-512}
 	for ((r = 0; r < rounds; r++)); do
 		cpu=$((r % 2))
-		for t in $(printf '%s\n' native/free native/one fuse-floor-store/free fuse-floor-store/one \
-			fuse-floor-splice/free fuse-floor-splice/one fuse-floor-direct/free fuse-floor-direct/one fuse-floor-direct+splice/free fuse-floor-direct+splice/one branch/free branch/one ${OLD:+branch-old/free branch-old/one} | shuf); do
+		for t in $(for s in ${SYSTEMS:-native fuse-floor-store fuse-floor-splice fuse-floor-direct fuse-floor-direct+splice branch} ${OLD:+branch-old}; do
+			echo $s/free $s/one; done | tr ' ' '\n' | shuf); do
 			s=${t%/*} p=${t#*/}
 			fs=$work/fs-$r-$s-$p
 			freshfs "$fs"
@@ -184,7 +187,7 @@ if [ "$mode" = write ]; then
 			fi
 			cpus=$(place "$p" $cpu "$pid")
 			sync -f "$fs"
-			echo "$s $p $(taskset -c "$cpus" "$floor" write "$d/out" "$mib") $(load)" | tee -a "$out"
+			echo "$s $p $(taskset -c "$cpus" "$floor" write "$d/out" "$mib" ${OPEN:-}) $(load)" | tee -a "$out"
 			[ "$d" = "$fs" ] || unmount_last
 			[ "${s#fuse-floor}" = "$s" ] || wait "$pid"
 			unmount_last

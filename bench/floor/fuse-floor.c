@@ -22,9 +22,11 @@
  *                           the written pages into the pipe, one copy less
  *   fuse-floor stat DIR N   stat(2) N distinct names that do not exist in
  *                           DIR; print the mean microseconds per call
- *   fuse-floor write FILE MIB   create FILE, write MIB MiB to it in 64 KiB
- *                           blocks, fsync and close it (as the bench's write
- *                           workload); print MiB per second, then remove it
+ *   fuse-floor write FILE MIB [w]   create FILE (O_RDWR, as Go's os.Create
+ *                           in the bench's write workload; with w,
+ *                           O_WRONLY as a shell's >), write MIB MiB to it in
+ *                           64 KiB blocks, fsync and close it; print MiB per
+ *                           second, then remove it
  *
  * The server is one thread in blocking read(2) and write(2) on /dev/fuse,
  * written from <linux/fuse.h> alone (no libfuse). It stores nothing: a
@@ -524,11 +526,11 @@ static int stats(const char *dir, long n)
 	return 0;
 }
 
-static int writes(const char *path, long mib)
+static int writes(const char *path, long mib, int acc)
 {
 	static char block[64 << 10];
 	struct timespec t0, t1;
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int fd = open(path, acc | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 
 	if (fd < 0) {
 		perror(path);
@@ -564,11 +566,11 @@ int main(int argc, char **argv)
 		splicing = !strcmp(argv[1], "serve-splice");
 		return serve(argv[2]);
 	}
-	if (argc == 4 && !strcmp(argv[1], "write"))
-		return writes(argv[2], atol(argv[3]));
+	if ((argc == 4 || (argc == 5 && !strcmp(argv[4], "w"))) && !strcmp(argv[1], "write"))
+		return writes(argv[2], atol(argv[3]), argc == 5 ? O_WRONLY : O_RDWR);
 	if (argc == 4 && !strcmp(argv[1], "stat"))
 		return stats(argv[2], atol(argv[3]));
 	fprintf(stderr, "usage: fuse-floor serve|serve-uring MNT | fuse-floor serve-store|serve-splice MNT FILE |\n"
-			"       fuse-floor stat DIR N | fuse-floor write FILE MIB\n");
+			"       fuse-floor stat DIR N | fuse-floor write FILE MIB [w]\n");
 	return 2;
 }
