@@ -66,6 +66,12 @@ type Loop struct {
 	writeNids map[uint64]int
 
 	expireOnly bool // the kernel can expire a name without dropping it (ExpireEntry)
+
+	// For answerDirect (direct.go): whether it answers at all (not when
+	// go-fuse logs requests), and GETXATTR and FORGET as go-fuse would
+	// with these options; the cancel channel it passes, never closed.
+	direct, directXattr, rememberInodes bool
+	never                               chan struct{}
 }
 
 // fastWait is how long the reader waits keeping its P before it waits the
@@ -76,6 +82,7 @@ const fastWait = time.Second
 // write of MaxWrite bytes, the largest reply a read of as many.
 type loopBuf struct {
 	in, out []byte
+	iov     [1][]byte // a WRITE's data, for Writev (answerDirect)
 }
 
 // Opcodes from linux/fuse.h (go-fuse does not export them).
@@ -113,6 +120,9 @@ func NewLoop(fd int, raw fuse.RawFileSystem, mo fuse.MountOptions) (*Loop, error
 	// flags negotiated at INIT: give it the same INIT the server answered.
 	init := srv.KernelSettings()
 	l.expireOnly = init.Flags64()&fuse.CAP_HAS_EXPIRE_ONLY != 0
+	l.direct, l.never = !mo.Debug, make(chan struct{})
+	l.directXattr = !mo.DisableXAttrs && !mo.IgnoreSecurityLabels
+	l.rememberInodes = mo.RememberInodes
 	b := l.getBuf()
 	if _, st := l.ps.HandleRequest([][]byte{unsafe.Slice((*byte)(unsafe.Pointer(init)), unsafe.Sizeof(*init))}, [][]byte{b.out}); !st.Ok() {
 		return nil, fmt.Errorf("init: %v", st)
@@ -181,7 +191,11 @@ func (l *Loop) read(buf []byte) (int, error) {
 func (l *Loop) answer(b *loopBuf, n int) {
 	req := b.in[:n]
 	l.trackWriters(req, nil)
-	size, st := l.ps.HandleRequest([][]byte{req}, [][]byte{b.out})
+	size, direct := l.answerDirect(b, req)
+	st := fuse.OK
+	if !direct {
+		size, st = l.ps.HandleRequest([][]byte{req}, [][]byte{b.out})
+	}
 	if size > 0 {
 		l.trackWriters(req, b.out[:size])
 	}
