@@ -10,8 +10,8 @@ import (
 )
 
 // answerDirect answers the requests a small-file workload is made of
-// (LOOKUP, GETATTR, SETATTR, CREATE, MKDIR, UNLINK, RMDIR, WRITE,
-// RELEASE, GETXATTR, FORGET) without go-fuse's
+// (LOOKUP, GETATTR, SETATTR, CREATE, OPEN, MKDIR, UNLINK, RMDIR, WRITE,
+// COPY_FILE_RANGE, RELEASE, GETXATTR, LISTXATTR, REMOVEXATTR, FORGET) without go-fuse's
 // ProtocolServer.HandleRequest, which allocates a request of about 900
 // bytes and a channel for each: three quarters of what the daemon
 // allocated during an extraction of Go's src/, and of the collections
@@ -105,29 +105,56 @@ func (l *Loop) answerDirect(b *loopBuf, req []byte) (size int, ok bool) {
 			return 0, false
 		}
 		l.call(func() fuse.Status { l.raw.Release(l.never, in); return fuse.OK })
-	case opGetxattr:
+	case opGetxattr, opListxattr:
 		in, rest, ok := argOf[fuse.GetXAttrIn](req)
 		if !ok || !l.directXattr || hdr+int(in.Size) > len(out) {
 			return 0, false
 		}
-		name := cString(rest)
+		var name string
+		if h.Opcode == opGetxattr {
+			name = cString(rest)
+		}
+		get := func(dest []byte) (n uint32, st fuse.Status) {
+			if h.Opcode == opGetxattr {
+				return l.raw.GetXAttr(l.never, h, name, dest)
+			}
+			return l.raw.ListXAttr(l.never, h, dest)
+		}
 		// Two requests in one, as for getxattr(2): with a size of 0 the
 		// value's length in a structure, otherwise the value itself.
 		if in.Size == 0 {
 			xo := zeroed[fuse.GetXAttrOut](out[hdr:])
-			st = l.call(func() (st fuse.Status) { xo.Size, st = l.raw.GetXAttr(l.never, h, name, nil); return st })
+			st = l.call(func() (st fuse.Status) { xo.Size, st = get(nil); return st })
 			if st == fuse.ERANGE {
 				st = fuse.OK // no size is too small for the length
 			}
 			outSize = int(unsafe.Sizeof(*xo))
 		} else {
 			var n uint32
-			st = l.call(func() (st fuse.Status) {
-				n, st = l.raw.GetXAttr(l.never, h, name, out[hdr:hdr+int(in.Size)])
-				return st
-			})
+			st = l.call(func() (st fuse.Status) { n, st = get(out[hdr : hdr+int(in.Size)]); return st })
 			outSize = int(min(n, in.Size))
 		}
+	case opRemovexattr:
+		if !l.directXattr {
+			return 0, false
+		}
+		name := cString(req[unsafe.Sizeof(*h):])
+		st = l.call(func() fuse.Status { return l.raw.RemoveXAttr(l.never, h, name) })
+	case opOpen:
+		in, _, ok := argOf[fuse.OpenIn](req)
+		if !ok {
+			return 0, false
+		}
+		oo := zeroed[fuse.OpenOut](out[hdr:])
+		st, outSize = l.call(func() fuse.Status { return l.raw.Open(l.never, in, oo) }), int(unsafe.Sizeof(*oo))
+	case opCopyFileRange:
+		in, _, ok := argOf[fuse.CopyFileRangeIn](req)
+		if !ok {
+			return 0, false
+		}
+		wo := zeroed[fuse.WriteOut](out[hdr:])
+		st = l.call(func() (st fuse.Status) { wo.Size, st = l.raw.CopyFileRange(l.never, in); return st })
+		outSize = int(unsafe.Sizeof(*wo))
 	case opForget:
 		in, _, ok := argOf[fuse.ForgetIn](req)
 		if !ok || l.rememberInodes {
@@ -189,14 +216,15 @@ func cString(b []byte) string {
 
 // Opcodes from linux/fuse.h, beside loop.go's.
 const (
-	opLookup   = 1
-	opForget   = 2
-	opGetattr  = 3
-	opMkdir    = 9
-	opUnlink   = 10
-	opRmdir    = 11
-	opWrite    = 16
-	opGetxattr = 22
+	opLookup    = 1
+	opForget    = 2
+	opGetattr   = 3
+	opMkdir     = 9
+	opUnlink    = 10
+	opRmdir     = 11
+	opWrite     = 16
+	opGetxattr  = 22
+	opListxattr = 23
 )
 
 // From go-fuse's poll.go (unexported): a lookup of this name in the

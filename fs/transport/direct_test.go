@@ -89,6 +89,30 @@ func (r *callRecorder) GetXAttr(_ <-chan struct{}, h *fuse.InHeader, name string
 	return uint32(copy(dest, r.xattr)), r.status
 }
 
+func (r *callRecorder) ListXAttr(_ <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
+	r.rec("ListXAttr", *h, "", []byte(fmt.Sprint(len(dest))))
+	if len(dest) < len(r.xattr) {
+		return uint32(len(r.xattr)), fuse.ERANGE
+	}
+	return uint32(copy(dest, r.xattr)), r.status
+}
+
+func (r *callRecorder) RemoveXAttr(_ <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	r.rec("RemoveXAttr", *h, name)
+	return r.status
+}
+
+func (r *callRecorder) Open(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	r.rec("Open", *in, "")
+	fill(out)
+	return r.status
+}
+
+func (r *callRecorder) CopyFileRange(_ <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
+	r.rec("CopyFileRange", *in, "")
+	return 4321, r.status
+}
+
 func (r *callRecorder) Forget(nodeid, nlookup uint64) {
 	r.rec("Forget", nodeid, fmt.Sprint(nlookup))
 }
@@ -135,6 +159,12 @@ func TestDirectMatchesGoFuse(t *testing.T) {
 		{opGetxattr, xattrIn(0), "user.a\x00"},
 		{opGetxattr, xattrIn(3), "user.a\x00"},
 		{opGetxattr, xattrIn(100), "user.a\x00"},
+		{opListxattr, xattrIn(0), ""},
+		{opListxattr, xattrIn(2), ""},
+		{opListxattr, xattrIn(64), ""},
+		{opRemovexattr, hdr, "user.a\x00"},
+		{opOpen, int(unsafe.Sizeof(fuse.OpenIn{})) | syscall.O_RDONLY<<32, ""},
+		{opCopyFileRange, int(unsafe.Sizeof(fuse.CopyFileRangeIn{})) | 9<<32, ""},
 		{opForget, int(unsafe.Sizeof(fuse.ForgetIn{})) | 2<<32, ""},
 	}
 	for _, status := range []fuse.Status{fuse.OK, fuse.ENOENT, fuse.EACCES} {
@@ -172,7 +202,7 @@ func TestDirectMatchesGoFuse(t *testing.T) {
 		r    []byte
 		l    *Loop
 	}{
-		{"an opcode it does not take (OPEN)", request(opOpen, int(unsafe.Sizeof(fuse.OpenIn{})), 0, ""), l},
+		{"an opcode it does not take (SETXATTR)", request(opSetxattr, hdr+8, 1, "user.a\x00v"), l},
 		{"a request with extensions", func() []byte {
 			r := request(opMkdir, int(unsafe.Sizeof(fuse.MkdirIn{})), 0o755, "d\x00\x00\x00\x00\x00\x00\x00\x00\x00")
 			(*fuse.InHeader)(unsafe.Pointer(&r[0])).TotalExtlen = 1
