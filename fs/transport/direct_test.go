@@ -219,3 +219,40 @@ func TestDirectMatchesGoFuse(t *testing.T) {
 		}
 	}
 }
+
+// An INTERRUPT of the request Serve's reader answers itself, read by a
+// ServeWhile reader, gets no reply: go-fuse, which does not know the
+// request, would answer EAGAIN, and the kernel would send it again at
+// once until the request was answered. Any other still goes to go-fuse.
+func TestInterruptOfDirectRequest(t *testing.T) {
+	mo := fuse.MountOptions{MaxWrite: 1 << 17}
+	ps := fuse.NewProtocolServer(fuse.NewDefaultRawFileSystem(), &mo)
+	init := fuse.InitIn{InHeader: fuse.InHeader{Opcode: 26, Unique: 1}, Major: 7, Minor: 31}
+	init.Length = uint32(unsafe.Sizeof(init))
+	out := make([]byte, 1<<18)
+	if _, st := ps.HandleRequest([][]byte{bytesOf(&init)}, [][]byte{out}); !st.Ok() {
+		t.Fatalf("replayed INIT: %v", st)
+	}
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(p[0])
+	defer syscall.Close(p[1])
+	l := &Loop{fd: p[1], ps: ps, raw: fuse.NewDefaultRawFileSystem(), never: make(chan struct{})}
+	l.readerUnique.Store(7)
+	interrupt := func(unique uint64) (replied bool) {
+		in := fuse.InterruptIn{InHeader: fuse.InHeader{Opcode: opInterrupt, Unique: 9}, Unique: unique}
+		in.Length = uint32(unsafe.Sizeof(in))
+		b := &loopBuf{in: make([]byte, 4096), out: make([]byte, 4096)}
+		l.answer(b, copy(b.in, bytesOf(&in)), false)
+		n, _ := syscall.Read(p[0], b.out)
+		return n > 0
+	}
+	if interrupt(7) {
+		t.Error("an INTERRUPT of the reader's own request was answered")
+	}
+	if !interrupt(8) {
+		t.Error("an INTERRUPT of another request got no reply from go-fuse")
+	}
+}

@@ -73,6 +73,7 @@ type Loop struct {
 	// with these options; the cancel channel it passes, never closed.
 	direct, directXattr, rememberInodes bool
 	never                               chan struct{}
+	readerUnique                        atomic.Uint64 // the request Serve's reader answers directly, or 0
 }
 
 // fastWait is how long the reader waits keeping its P before it waits the
@@ -157,7 +158,7 @@ func (l *Loop) Serve() {
 			b = l.getBuf()
 			continue
 		}
-		l.answer(b, n)
+		l.answer(b, n, true)
 	}
 	l.workers.Wait()
 	l.raw.OnUnmount()
@@ -182,7 +183,7 @@ func (l *Loop) worker(r job) {
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
-		l.answer(r.b, r.n)
+		l.answer(r.b, r.n, false)
 		l.putBuf(r.b)
 		l.workers.Done()
 		idle.Reset(workerIdle)
@@ -221,11 +222,24 @@ func (l *Loop) read(buf []byte) (int, error) {
 	}
 }
 
-// answer handles the request in b.in[:n] and writes the reply.
-func (l *Loop) answer(b *loopBuf, n int) {
+// answer handles the request in b.in[:n] and writes the reply. Serve's
+// reader answers the commonest requests itself (answerDirect); workers and
+// ServeWhile's readers leave theirs to go-fuse, which keeps them in its
+// table of requests in flight: an INTERRUPT for a request not there gets
+// EAGAIN, and the kernel sends it again at once, over and over until the
+// request is answered.
+func (l *Loop) answer(b *loopBuf, n int, onReader bool) {
 	req := b.in[:n]
+	if l.interruptsReader(req) {
+		return
+	}
 	l.trackWriters(req, nil)
-	size, direct := l.answerDirect(b, req)
+	size, direct := 0, false
+	if onReader {
+		l.readerUnique.Store((*fuse.InHeader)(unsafe.Pointer(&req[0])).Unique)
+		size, direct = l.answerDirect(b, req)
+		l.readerUnique.Store(0)
+	}
 	st := fuse.OK
 	if !direct {
 		size, st = l.ps.HandleRequest([][]byte{req}, [][]byte{b.out})
@@ -249,6 +263,23 @@ func (l *Loop) answer(b *loopBuf, n int) {
 	}
 }
 
+// opInterrupt is FUSE_INTERRUPT.
+const opInterrupt = 36
+
+// interruptsReader says whether req is an INTERRUPT of the request Serve's
+// reader is answering itself, which go-fuse does not know of. Only
+// ServeWhile's readers can read one (a control request's commit, say,
+// drops names while the reader waits); it gets no reply, which the
+// kernel allows, and the request ends when its answer comes.
+func (l *Loop) interruptsReader(req []byte) bool {
+	h := (*fuse.InHeader)(unsafe.Pointer(&req[0]))
+	if h.Opcode != opInterrupt || len(req) < int(unsafe.Sizeof(fuse.InterruptIn{})) {
+		return false
+	}
+	u := (*fuse.InterruptIn)(unsafe.Pointer(&req[0])).Unique
+	return u != 0 && u == l.readerUnique.Load()
+}
+
 // ServeWhile runs fn, which writes to the kernel something it may have to
 // wait for, with a second reader answering requests meanwhile. Dropping a
 // name takes its directory's lock in the kernel, which a caller may hold
@@ -270,7 +301,7 @@ func (l *Loop) ServeWhile(fn func()) {
 			if err != nil {
 				return
 			}
-			l.answer(b, n)
+			l.answer(b, n, false)
 		}
 	}()
 	fn()
