@@ -24,10 +24,9 @@ import (
 // structure, and every request when go-fuse logs them (--debug). The
 // requests it answers are not in go-fuse's table of requests in flight,
 // so an INTERRUPT for one gets EAGAIN, which makes the kernel send it
-// again until the request is answered: it is used only by Serve's
-// reader, and an INTERRUPT of its request gets no reply
-// (Loop.interruptsReader). The file system never waits on the cancel
-// channel.
+// again until the request is answered: Loop.answer keeps the requests
+// answered here, and an INTERRUPT of one gets no reply
+// (Loop.interruptsDirect).
 func (l *Loop) answerDirect(b *loopBuf, req []byte) (size int, ok bool) {
 	if !l.direct || len(req) < int(unsafe.Sizeof(fuse.InHeader{})) {
 		return 0, false

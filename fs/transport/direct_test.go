@@ -220,10 +220,10 @@ func TestDirectMatchesGoFuse(t *testing.T) {
 	}
 }
 
-// An INTERRUPT of the request Serve's reader answers itself, read by a
-// ServeWhile reader, gets no reply: go-fuse, which does not know the
-// request, would answer EAGAIN, and the kernel would send it again at
-// once until the request was answered. Any other still goes to go-fuse.
+// An INTERRUPT of a request being answered directly, on Serve's reader or
+// on a worker, gets no reply: go-fuse, which does not know the request,
+// would answer EAGAIN, and the kernel would send it again at once until
+// the request was answered. Any other still goes to go-fuse.
 func TestInterruptOfDirectRequest(t *testing.T) {
 	mo := fuse.MountOptions{MaxWrite: 1 << 17}
 	ps := fuse.NewProtocolServer(fuse.NewDefaultRawFileSystem(), &mo)
@@ -241,6 +241,7 @@ func TestInterruptOfDirectRequest(t *testing.T) {
 	defer syscall.Close(p[1])
 	l := &Loop{fd: p[1], ps: ps, raw: fuse.NewDefaultRawFileSystem(), never: make(chan struct{})}
 	l.readerUnique.Store(7)
+	l.directOthers = []uint64{5}
 	interrupt := func(unique uint64) (replied bool) {
 		in := fuse.InterruptIn{InHeader: fuse.InHeader{Opcode: opInterrupt, Unique: 9}, Unique: unique}
 		in.Length = uint32(unsafe.Sizeof(in))
@@ -251,6 +252,9 @@ func TestInterruptOfDirectRequest(t *testing.T) {
 	}
 	if interrupt(7) {
 		t.Error("an INTERRUPT of the reader's own request was answered")
+	}
+	if interrupt(5) {
+		t.Error("an INTERRUPT of a worker's direct request was answered")
 	}
 	if !interrupt(8) {
 		t.Error("an INTERRUPT of another request got no reply from go-fuse")

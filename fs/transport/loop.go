@@ -9,6 +9,7 @@ import (
 	"log"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -73,7 +74,11 @@ type Loop struct {
 	// with these options; the cancel channel it passes, never closed.
 	direct, directXattr, rememberInodes bool
 	never                               chan struct{}
-	readerUnique                        atomic.Uint64 // the request Serve's reader answers directly, or 0
+	// The requests being answered directly (interruptsDirect): by
+	// Serve's reader (0 when none), and by workers and ServeWhile's readers.
+	readerUnique atomic.Uint64
+	directMu     sync.Mutex
+	directOthers []uint64
 }
 
 // fastWait is how long the reader waits keeping its P before it waits the
@@ -222,23 +227,31 @@ func (l *Loop) read(buf []byte) (int, error) {
 	}
 }
 
-// answer handles the request in b.in[:n] and writes the reply. Serve's
-// reader answers the commonest requests itself (answerDirect); workers and
-// ServeWhile's readers leave theirs to go-fuse, which keeps them in its
-// table of requests in flight: an INTERRUPT for a request not there gets
-// EAGAIN, and the kernel sends it again at once, over and over until the
-// request is answered.
+// answer handles the request in b.in[:n] and writes the reply, the
+// commonest requests itself (answerDirect), the others through go-fuse.
+// onReader says whether it runs on Serve's reader.
 func (l *Loop) answer(b *loopBuf, n int, onReader bool) {
 	req := b.in[:n]
-	if l.interruptsReader(req) {
+	if l.interruptsDirect(req) {
 		return
 	}
 	l.trackWriters(req, nil)
-	size, direct := 0, false
+	unique := (*fuse.InHeader)(unsafe.Pointer(&req[0])).Unique
 	if onReader {
-		l.readerUnique.Store((*fuse.InHeader)(unsafe.Pointer(&req[0])).Unique)
-		size, direct = l.answerDirect(b, req)
+		l.readerUnique.Store(unique)
+	} else {
+		l.directMu.Lock()
+		l.directOthers = append(l.directOthers, unique)
+		l.directMu.Unlock()
+	}
+	size, direct := l.answerDirect(b, req)
+	if onReader {
 		l.readerUnique.Store(0)
+	} else {
+		l.directMu.Lock()
+		i := slices.Index(l.directOthers, unique)
+		l.directOthers = slices.Delete(l.directOthers, i, i+1)
+		l.directMu.Unlock()
 	}
 	st := fuse.OK
 	if !direct {
@@ -266,18 +279,28 @@ func (l *Loop) answer(b *loopBuf, n int, onReader bool) {
 // opInterrupt is FUSE_INTERRUPT.
 const opInterrupt = 36
 
-// interruptsReader says whether req is an INTERRUPT of the request Serve's
-// reader is answering itself, which go-fuse does not know of. Only
-// ServeWhile's readers can read one (a control request's commit, say,
-// drops names while the reader waits); it gets no reply, which the
-// kernel allows, and the request ends when its answer comes.
-func (l *Loop) interruptsReader(req []byte) bool {
+// interruptsDirect says whether req is an INTERRUPT of a request being
+// answered directly, which go-fuse does not know of: it would answer
+// EAGAIN, after which the kernel sends the INTERRUPT again at once, over
+// and over until the request is answered (a copy-up, say). It gets no
+// reply, which the kernel allows, and the request ends when its answer
+// comes. The file system never waits on the cancel channel go-fuse would
+// have closed.
+func (l *Loop) interruptsDirect(req []byte) bool {
 	h := (*fuse.InHeader)(unsafe.Pointer(&req[0]))
 	if h.Opcode != opInterrupt || len(req) < int(unsafe.Sizeof(fuse.InterruptIn{})) {
 		return false
 	}
 	u := (*fuse.InterruptIn)(unsafe.Pointer(&req[0])).Unique
-	return u != 0 && u == l.readerUnique.Load()
+	if u == 0 {
+		return false
+	}
+	if u == l.readerUnique.Load() {
+		return true
+	}
+	l.directMu.Lock()
+	defer l.directMu.Unlock()
+	return slices.Contains(l.directOthers, u)
 }
 
 // ServeWhile runs fn, which writes to the kernel something it may have to
