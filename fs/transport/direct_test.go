@@ -125,14 +125,8 @@ func (r *callRecorder) Forget(nodeid, nlookup uint64) {
 func TestDirectMatchesGoFuse(t *testing.T) {
 	viaGoFuse := &callRecorder{RawFileSystem: fuse.NewDefaultRawFileSystem()}
 	direct := &callRecorder{RawFileSystem: fuse.NewDefaultRawFileSystem()}
-	mo := fuse.MountOptions{MaxWrite: 1 << 17}
-	ps := fuse.NewProtocolServer(viaGoFuse, &mo)
-	init := fuse.InitIn{InHeader: fuse.InHeader{Opcode: 26, Unique: 1}, Major: 7, Minor: 31}
-	init.Length = uint32(unsafe.Sizeof(init))
+	ps := initedServer(t, viaGoFuse)
 	want := make([]byte, 1<<18)
-	if _, st := ps.HandleRequest([][]byte{bytesOf(&init)}, [][]byte{want}); !st.Ok() {
-		t.Fatalf("replayed INIT: %v", st)
-	}
 	l := &Loop{raw: direct, direct: true, directXattr: true, never: make(chan struct{})}
 	b := &loopBuf{out: make([]byte, 1<<18)}
 
@@ -225,14 +219,7 @@ func TestDirectMatchesGoFuse(t *testing.T) {
 // would answer EAGAIN, and the kernel would send it again at once until
 // the request was answered. Any other still goes to go-fuse.
 func TestInterruptOfDirectRequest(t *testing.T) {
-	mo := fuse.MountOptions{MaxWrite: 1 << 17}
-	ps := fuse.NewProtocolServer(fuse.NewDefaultRawFileSystem(), &mo)
-	init := fuse.InitIn{InHeader: fuse.InHeader{Opcode: 26, Unique: 1}, Major: 7, Minor: 31}
-	init.Length = uint32(unsafe.Sizeof(init))
-	out := make([]byte, 1<<18)
-	if _, st := ps.HandleRequest([][]byte{bytesOf(&init)}, [][]byte{out}); !st.Ok() {
-		t.Fatalf("replayed INIT: %v", st)
-	}
+	ps := initedServer(t, fuse.NewDefaultRawFileSystem())
 	var p [2]int
 	if err := syscall.Pipe2(p[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
 		t.Fatal(err)

@@ -157,17 +157,8 @@ func request(op uint32, argSize int, arg uint32, payload string) []byte {
 // reaches the method of that name, and that mayBlock sorts it as before.
 func TestLoopGoFuseOpcodes(t *testing.T) {
 	rec := &opRecorder{RawFileSystem: fuse.NewDefaultRawFileSystem()}
-	mo := fuse.MountOptions{MaxWrite: 1 << 17}
-	ps := fuse.NewProtocolServer(rec, &mo)
-	init := fuse.InitIn{InHeader: fuse.InHeader{Opcode: 26, Unique: 1}, Major: 7, Minor: 31}
-	init.Length = uint32(unsafe.Sizeof(init))
+	ps := initedServer(t, rec)
 	out := make([]byte, 1<<18)
-	if _, st := ps.HandleRequest([][]byte{unsafe.Slice((*byte)(unsafe.Pointer(&init)), unsafe.Sizeof(init))}, [][]byte{out}); !st.Ok() {
-		t.Fatalf("replayed INIT: %v", st)
-	}
-	if h := (*fuse.OutHeader)(unsafe.Pointer(&out[0])); h.Status != 0 || h.Unique != 1 {
-		t.Fatalf("replayed INIT answered %+v", *h)
-	}
 	hdr := int(unsafe.Sizeof(fuse.InHeader{}))
 	for _, c := range []struct {
 		op      uint32
@@ -208,4 +199,23 @@ func TestLoopGoFuseOpcodes(t *testing.T) {
 			t.Errorf("mayBlock(opcode %d, arg %#x) = %v, want %v", c.op, c.arg, got, c.blocks)
 		}
 	}
+}
+
+// initedServer is a ProtocolServer for raw that has answered an INIT, as
+// NewLoop replays it: go-fuse parses requests by the version and flags
+// negotiated there.
+func initedServer(t *testing.T, raw fuse.RawFileSystem) *fuse.ProtocolServer {
+	t.Helper()
+	mo := fuse.MountOptions{MaxWrite: 1 << 17}
+	ps := fuse.NewProtocolServer(raw, &mo)
+	init := fuse.InitIn{InHeader: fuse.InHeader{Opcode: 26, Unique: 1}, Major: 7, Minor: 31}
+	init.Length = uint32(unsafe.Sizeof(init))
+	out := make([]byte, 1<<18)
+	if _, st := ps.HandleRequest([][]byte{bytesOf(&init)}, [][]byte{out}); !st.Ok() {
+		t.Fatalf("replayed INIT: %v", st)
+	}
+	if h := (*fuse.OutHeader)(unsafe.Pointer(&out[0])); h.Status != 0 || h.Unique != 1 {
+		t.Fatalf("replayed INIT answered %+v", *h)
+	}
+	return ps
 }
