@@ -235,7 +235,7 @@ func (v *View) createInTop(rel string, flags int, mode uint32, o Owner) (f *File
 		return nil, nil, false
 	}
 	dir, name := path.Split(rel)
-	if dl, err := v.dirLayers(trimSlash(dir)); err != nil || len(dl) != 1 || dl[0] != 0 {
+	if !v.topAlone(trimSlash(dir)) {
 		return nil, nil, false
 	}
 	top, pfd := v.layers[0], -1
@@ -703,7 +703,7 @@ func (v *View) inTopDir(rel string, fn func(pfd int, name string, st *unix.Stat_
 		return nil, false
 	}
 	dir = trimSlash(dir)
-	if dl, err := v.dirLayers(dir); err != nil || len(dl) != 1 || dl[0] != 0 {
+	if !v.topAlone(dir) {
 		return nil, false
 	}
 	top := v.layers[0]
@@ -720,6 +720,14 @@ func (v *View) inTopDir(rel string, fn func(pfd int, name string, st *unix.Stat_
 		return unix.ENOENT, true
 	}
 	return fn(pfd, name, &st), true
+}
+
+// topAlone says whether directory dir is shown by the top layer alone (one
+// the view made, or any in a view of one layer): no layer below can show a
+// name in it.
+func (v *View) topAlone(dir string) bool {
+	dl, err := v.dirLayers(dir)
+	return err == nil && len(dl) == 1 && dl[0] == 0
 }
 
 // topEntry copies rel up and calls fn with its top-layer parent and name.

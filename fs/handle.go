@@ -313,7 +313,7 @@ func (f *FS) nodeOpened(n *Node, d int) {
 }
 
 // notifyOpen drops the cached attributes and pages of the open files of
-// the views named names that now fail, named or not, and stops their
+// the views named name that now fail, named or not, and stops their
 // handles from answering for a name.
 func (f *FS) notifyOpen(name string) {
 	var nodes []*Node
