@@ -1592,6 +1592,16 @@ static int mount_once(const char *type, const char *dir, long magic, const char 
 #define CGROUP2 "/sys/fs/cgroup"
 #define CGROUP1 "/tmp/cgroup1"
 
+/* Mounts cgroup2 at CGROUP2 unless it is there; fails test if it cannot. */
+static int mount_cgroup2(const char *test)
+{
+	if (mount_once("cgroup2", CGROUP2, 0x63677270 /* CGROUP2_SUPER_MAGIC */, NULL)) {
+		fail(test, "mount cgroup2: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 /* The directory of pid's cgroup under CGROUP2. */
 static int cgroup2_dir(pid_t pid, char *out, size_t size)
 {
@@ -1801,10 +1811,8 @@ static void test_unstarted(void)
 	pid_t pid, w, first;
 	char path[64], dir[256], files[4][320];
 
-	if (mount_once("cgroup2", CGROUP2, 0x63677270 /* CGROUP2_SUPER_MAGIC */, NULL)) {
-		fail(test, "mount cgroup2: %s", strerror(errno));
+	if (mount_cgroup2(test))
 		return;
-	}
 	if ((mkdir(CGROUP1, 0755) && errno != EEXIST) ||
 	    mount("cgroup", CGROUP1, "cgroup", 0, "none,name=branch_test")) {
 		fail(test, "mount a cgroup v1 hierarchy: %s", strerror(errno));
@@ -1902,16 +1910,14 @@ static void test_unstarted(void)
 static void test_gate_cgroup_kill(void)
 {
 	const char *test = "gate_cgroup_kill";
-	const char *cg = "/sys/fs/cgroup/branch_test";
+	const char *cg = CGROUP2 "/branch_test";
 	long deadline = now_ns() + 20 * 1000000000L;
 	int st, forks = 0, caller_killed = 0;
 	char path[128], buf[256];
 	pid_t pid, w;
 
-	if (mount_once("cgroup2", CGROUP2, 0x63677270 /* CGROUP2_SUPER_MAGIC */, NULL)) {
-		fail(test, "mount cgroup2: %s", strerror(errno));
+	if (mount_cgroup2(test))
 		return;
-	}
 	if (mkdir(cg, 0755) && errno != EEXIST) {
 		fail(test, "mkdir %s: %s", cg, strerror(errno));
 		return;
