@@ -215,19 +215,6 @@ func cString(b []byte) string {
 	return string(b)
 }
 
-// Opcodes from linux/fuse.h, beside loop.go's.
-const (
-	opLookup    = 1
-	opForget    = 2
-	opGetattr   = 3
-	opMkdir     = 9
-	opUnlink    = 10
-	opRmdir     = 11
-	opWrite     = 16
-	opGetxattr  = 22
-	opListxattr = 23
-)
-
 // From go-fuse's poll.go (unexported): a lookup of this name in the
 // root, or any request for this node, is go-fuse's own, answered by it.
 const (

@@ -94,15 +94,26 @@ type loopBuf struct {
 
 // Opcodes from linux/fuse.h (go-fuse does not export them).
 const (
+	opLookup        = 1
+	opForget        = 2
+	opGetattr       = 3
 	opSetattr       = 4
+	opMkdir         = 9
+	opUnlink        = 10
+	opRmdir         = 11
 	opRename        = 12
 	opLink          = 13
 	opOpen          = 14
+	opWrite         = 16
+	opRelease       = 18
 	opFsync         = 20
 	opSetxattr      = 21
+	opGetxattr      = 22
+	opListxattr     = 23
 	opRemovexattr   = 24
 	opFsyncdir      = 30
 	opCreate        = 35
+	opInterrupt     = 36
 	opFallocate     = 43
 	opRename2       = 45
 	opCopyFileRange = 47
@@ -276,9 +287,6 @@ func (l *Loop) answer(b *loopBuf, n int, onReader bool) {
 	}
 }
 
-// opInterrupt is FUSE_INTERRUPT.
-const opInterrupt = 36
-
 // interruptsDirect says whether req is an INTERRUPT of a request being
 // answered directly, which go-fuse does not know of: it would answer
 // EAGAIN, after which the kernel sends the INTERRUPT again at once, over
@@ -366,9 +374,6 @@ func mayBlock(req []byte) bool {
 
 // smallCopy is the largest COPY_FILE_RANGE answered on the reader.
 const smallCopy = 64 << 10
-
-// opRelease is FUSE_RELEASE.
-const opRelease = 18
 
 // writerChange says whether req is a SETATTR, SETXATTR or REMOVEXATTR of a
 // node that has a handle open for writing. Such a handle is on the node's
