@@ -17,35 +17,24 @@ rounds=${1:?usage: bench/daemon-cost.sh ROUNDS BIN...}
 shift
 bins=()
 for b in "$@"; do bins+=("$(realpath "$b")"); done
+bin=${bins[0]} # lib.sh unmounts with it; each round sets it to the binary measured
 work=$(mktemp -d /var/tmp/daemon-cost.XXXXXX)
-mounts=() # unmounted in reverse order at exit
+. "$(dirname "$0")/lib.sh"
 cleanup() {
-	for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
-		m=${mounts[i]}
-		if grep -q " $m fuse.branchfs " /proc/mounts; then "${bins[0]}" unmount "$m" || umount -l "$m"; else umount "$m" || umount -l "$m"; fi
-	done
+	unmount_all
 	rm -rf "$work"
 }
 trap cleanup EXIT
 tar -C "$(go env GOROOT 2>/dev/null || echo /usr/local/go)" -cf "$work/src.tar" src
 files=$(tar -tf "$work/src.tar" | grep -vc '/$')
-load() { cut -d' ' -f1 /proc/loadavg; }
 out=$work/out
 : >"$out"
 for ((r = 0; r < rounds; r++)); do
 	cpu=$((r % 2))
 	for i in $(seq 0 $((${#bins[@]} - 1)) | shuf); do
 		bin=${bins[i]} fs=$work/fs mnt=$work/mnt
-		mkdir -p "$fs" "$mnt"
-		truncate -s 8G "$fs.img"
-		mkfs.ext4 -q -F "$fs.img"
-		mount -o loop "$fs.img" "$fs"
-		mounts+=("$fs")
-		mkdir "$fs/base"
-		"$bin" mount --base "$fs/base" --store "$fs/store" "$mnt"
-		mounts+=("$mnt")
-		"$bin" create b "$mnt" >/dev/null
-		pid=$(ps -eo pid=,args= | awk -v m="$mnt" '$3 == "mount" && $NF == m {print $1}')
+		freshfs "$fs"
+		mount_branch "$fs/base" "$fs/store" "$mnt"
 		taskset -a -p -c $cpu "$pid" >/dev/null
 		d=$mnt/@b/x
 		mkdir "$d"
@@ -73,10 +62,7 @@ for ((r = 0; r < rounds; r++)); do
 				"$work/stat" | tee -a "$out"
 		done
 		echo "$i:$(basename "$bin") rss $(awk '/VmHWM/ {print $2}' "/proc/$pid/status") kB" | tee -a "$out"
-		"$bin" unmount "$mnt"
-		unset 'mounts[-1]'
-		umount "$fs"
-		unset 'mounts[-1]'
+		unmount_all
 		rm -rf "$fs.img" "$fs"
 	done
 done

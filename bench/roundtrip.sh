@@ -41,17 +41,12 @@ n=${3:-5000}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bin=$repo/bin/branchfs
 work=$(mktemp -d /var/tmp/roundtrip.XXXXXX)
-mounts=() # unmounted in reverse order at exit
-unmount() { # branchfs's unmount waits for its daemon to end
-	if grep -q " $1 fuse.branchfs " /proc/mounts; then "$bin" unmount "$1"; else umount "$1"; fi
-}
+. "$repo/bench/lib.sh"
 uring=/sys/module/fuse/parameters/enable_uring
 olduring=$(cat $uring)
 cleanup() {
 	echo "$olduring" >$uring
-	for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
-		unmount "${mounts[i]}" || umount -l "${mounts[i]}" || true
-	done
+	unmount_all
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -59,19 +54,9 @@ cc -O2 -Wall -pthread -o "$work/fuse-floor" "$repo/bench/floor/fuse-floor.c"
 # Lets daemons ask for FUSE over io_uring (fuse-floor-uring); restored at exit.
 echo Y >$uring
 floor=$work/fuse-floor
-load() { cut -d' ' -f1 /proc/loadavg; }
 
-# freshfs DIR: an ext4 file system of its own at DIR (a sparse image,
-# loop-mounted and detached at unmount), so that no inode it allocates was
-# freed recently (see "What the tree workload measures").
-freshfs() {
-	mkdir -p "$1"
-	truncate -s 8G "$1.img"
-	mkfs.ext4 -q -F "$1.img"
-	mount -o loop "$1.img" "$1"
-	mounts+=("$1")
-}
-# Mount helpers; each sets pid to the daemon's process ID.
+# Mount helpers beside lib.sh's mount_branch; each sets pid to the daemon's
+# process ID.
 mount_floor() { # MNT [serve-uring]
 	mkdir -p "$1"
 	"$floor" "${2:-serve}" "$1" 2>"$1.counts" &
@@ -79,25 +64,12 @@ mount_floor() { # MNT [serve-uring]
 	until grep -q " $1 fuse.fuse-floor " /proc/mounts; do sleep 0.01; done
 	mounts+=("$1")
 }
-mount_branch() { # BASE STORE MNT [BINARY]; the view is MNT/@b
-	local bin=${4:-$bin}
-	mkdir -p "$1" "$3"
-	"$bin" mount --base "$1" --store "$2" "$3"
-	mounts+=("$3")
-	"$bin" create b "$3" >/dev/null
-	pid=$(ps -eo pid=,args= | awk -v m="$3" '$2 ~ /branchfs$/ && $3 == "mount" && $NF == m {print $1}')
-}
 mount_fovl() { # LOWER UPPER WORK MNT
 	mkdir -p "$1" "$2" "$3" "$4"
 	fuse-overlayfs -f -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" &
 	pid=$!
 	until grep -q " $4 fuse" /proc/mounts; do sleep 0.01; done
 	mounts+=("$4")
-}
-unmount_last() {
-	local m=${mounts[-1]}
-	unset 'mounts[-1]'
-	unmount "$m"
 }
 # place PLACEMENT CPU PID: the client and the daemon's threads on CPU
 # (one), the client on CPU and the daemon on the other (cross), the daemon
