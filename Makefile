@@ -1,7 +1,7 @@
 GO      ?= go
 BIN     := bin/branchfs
 
-.PHONY: build demo test check bench qemu-test qemu-test-debug clean
+.PHONY: build demo test test-deps go-test check bench qemu-test qemu-test-debug clean
 
 # Without cgo: the only C the binary would link is the libc user and DNS
 # lookups of os/user and net, which branchfs never reaches, and the
@@ -15,10 +15,20 @@ build:
 demo: build
 	./demo/demo.sh $(BIN)
 
+# Everything CI runs, from a fresh machine (root): installs what is
+# missing, then the checks, the Go suite and the guest's suite, in order.
+test: test-deps
+	$(MAKE) check
+	$(MAKE) go-test
+	$(MAKE) qemu-test
+
+test-deps:
+	./scripts/test-deps.sh
+
 # Every filesystem test mounts for real; they need root and /dev/fuse.
 # The race detector's runtime sleeps a second in every process it ends
 # (atexit_sleep_ms), and the tests run the race-built CLI hundreds of times.
-test:
+go-test: test-deps
 	GORACE="atexit_sleep_ms=0 $$GORACE" $(GO) test -race -count=1 -timeout 20m ./...
 
 # The benchmark suite of bench/: branchfs against native ext4 and

@@ -13,6 +13,9 @@ command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 for tool in ccache flex bison bc cpio gcc make perl xz patch flock; do
 	command -v "$tool" >/dev/null || need+=("$tool")
 done
+# criu (Debian's 3.17) goes into the guest for the checkpoint tests
+# (qemu/criu.sh); it fails on hosts from 6.13 on, not in the 6.12 guest.
+command -v criu >/dev/null || need+=(criu)
 [ -f /usr/include/libelf.h ] || need+=(libelf-dev)
 [ -f /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
 if [ ${#need[@]} -gt 0 ]; then
