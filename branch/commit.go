@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log"
 	"path"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -187,34 +186,11 @@ func (s *Store) prepare(c *commitRun) error {
 			}
 		}
 	}
-	stage, err := s.stageFor(toBase)
-	if err != nil {
+	if err := s.makeStage(c); err != nil {
 		return err
 	}
-	c.j.Stage, c.j.Tag = stage, filepath.Base(s.freshName("stage"))
-	fd, err := unix.Open(c.j.Stage, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
+	if err := c.copyIn(); err != nil {
 		return err
-	}
-	c.stage = fd
-	if c.j.Copied {
-		for i, o := range c.j.Ops {
-			if o.Kind != opReplace {
-				continue
-			}
-			spfd, sname, err := c.src.parent(o.Src)
-			if err != nil {
-				return err
-			}
-			if err := copyTree(spfd, sname, c.stage, copiedName(c.j.Tag, i)); err != nil {
-				return err
-			}
-		}
-		if s.opts.Durable {
-			if err := unix.Syncfs(c.stage); err != nil {
-				return err
-			}
-		}
 	}
 	// The journal and the "done" after it are written into space that is
 	// already the log's, so neither can fail for want of it.
@@ -223,6 +199,31 @@ func (s *Store) prepare(c *commitRun) error {
 		return err
 	}
 	return s.log.reserve(int64(len(line)) + 512)
+}
+
+// copyIn copies what each step of a commit into a base apart from the
+// store moves there into the stage (stage.go), flushed to the disk with
+// Options.Durable.
+func (c *commitRun) copyIn() error {
+	if !c.j.Copied || c.stage < 0 {
+		return nil
+	}
+	for i, o := range c.j.Ops {
+		if o.Kind != opReplace {
+			continue
+		}
+		spfd, sname, err := c.src.parent(o.Src)
+		if err != nil {
+			return err
+		}
+		if err := copyTree(spfd, sname, c.stage, copiedName(c.j.Tag, i)); err != nil {
+			return err
+		}
+	}
+	if c.s.opts.Durable {
+		return unix.Syncfs(c.stage)
+	}
+	return nil
 }
 
 // rollbackLocked undoes the steps of a commit that failed with cause and
@@ -720,10 +721,17 @@ func (s *Store) finish(c *commitRun) []string {
 	if err != nil {
 		log.Printf("commit %s: dropping its stale children: %v", c.j.Name, err)
 	}
-	if err := s.recordDone(c.j); err != nil {
+	err = s.recordDone(c.j)
+	if err != nil {
 		log.Printf("commit %s: recording that it is done: %v; %s stays read-only until that is recorded", c.j.Name, err, c.j.Parent)
 	}
-	c.clearStage()
+	if err == nil || c.j.StageIno == 0 {
+		c.clearStage()
+	} else {
+		// Until the "done" is recorded, a stage in the base is how a
+		// replay tells that every step happened (replayCommit).
+		s.stagesLeft.Store(true)
+	}
 	s.trashDeltaLater(c.j.Name)
 	return dropped
 }
@@ -786,11 +794,22 @@ func (s *Store) replayCommit(j *logRecord) (bool, error) {
 	defer target.close()
 	c := &commitRun{s: s, j: j, src: newDirCache(src), target: newDirCache(target), stage: -1, reached: len(j.Ops) - 1}
 	defer c.close()
-	if j.Stage != "" {
-		// The base's stage directory is gone after the last step of a
-		// commit into a base apart; nothing is left to move from it then.
-		if c.stage, err = unix.Open(j.Stage, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil && !(isNotExist(err) && j.Copied) {
+	switch {
+	case j.Stage == "":
+	case !j.Copied:
+		if c.stage, err = unix.Open(j.Stage, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 			return false, err
+		}
+	default:
+		// A stage in the base is used only if it is still the one the
+		// commit made: only then can what it holds, and what it lacks,
+		// be trusted.
+		c.stage, err = s.openBaseStage(j)
+		if errors.Is(err, errForeignStage) || isNotExist(err) {
+			return s.redoCommit(c, err)
+		}
+		if err != nil {
+			return false, fmt.Errorf("its stage %s: %w", j.Stage, err)
 		}
 	}
 	if err := c.apply(); err != nil {
@@ -798,7 +817,35 @@ func (s *Store) replayCommit(j *logRecord) (bool, error) {
 			return false, fmt.Errorf("%v; rolling it back: %w", err, uerr)
 		}
 		log.Printf("the unfinished commit of %s failed again (%v) and was rolled back", j.Name, err)
-		return false, nil // load clears the stage
+		c.clearStage()
+		return false, nil
 	}
+	c.clearStage()
 	return true, s.trash(s.deltaDir(j.Name))
+}
+
+// redoCommit finishes commit c, journaled with a stage in the base that
+// is missing or not the one it made (why), from the branch's delta, which
+// such a commit leaves whole until it is done: it copies anew into a new
+// stage and runs every step again. A step that had happened is done again
+// with the same content. None can be rolled back, since what the steps
+// that happened replaced was in the old stage: if a step fails, the mount
+// fails and says why, and the next one tries again.
+func (s *Store) redoCommit(c *commitRun, why error) (bool, error) {
+	old := c.j.Stage
+	log.Printf("the unfinished commit of %s: its stage %s is missing or not the one it made (%v); finishing the commit from the branch's delta", c.j.Name, old, why)
+	err := s.makeStage(c)
+	if err == nil {
+		err = c.copyIn()
+	}
+	if err == nil {
+		err = c.apply()
+	}
+	// What the new stage holds is either the copies, which the next try
+	// makes again, or what the steps replaced, which the commit removes.
+	c.clearStage()
+	if err != nil {
+		return false, fmt.Errorf("its stage %s is missing or not the one it made (%v), and finishing it from the branch's delta failed: %w", old, why, err)
+	}
+	return true, s.trash(s.deltaDir(c.j.Name))
 }

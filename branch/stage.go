@@ -2,9 +2,12 @@ package branch
 
 import (
 	"errors"
+	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,21 +16,28 @@ import (
 // or rolled back (commit.go), each entry under a name that starts with the
 // commit's tag. It must be on the target's mount, since the steps are
 // renames: for a target that is a delta, STORE/stage; for the base, the
-// same when the store is on the base's mount. Otherwise (a store on another
-// filesystem, or a base that is a mount root of its own, as a bind mount
-// is) the stage is BASE/StageName, and the commit first copies what it
-// moves into the base there, before its journal is written, so that its
-// steps are renames still. The stage directories persist (making and
-// moving a directory per commit cost more than the rest of a small one);
-// the one in the base only while a commit into it runs.
+// same when the store is on the base's mount. STORE/stage persists (making
+// and moving a directory per commit cost more than the rest of a small
+// one).
+//
+// Otherwise (a store on another filesystem, or a base that is a mount root
+// of its own, as a bind mount is) the commit first copies what it moves
+// into the base, before its journal is written, so that its steps are
+// renames still, and stages in the base: in a directory of its own,
+// BASE/StageName-TAG, which docs/design.md describes. makeBaseStage makes
+// it, openBaseStage finds it again for a replay, and clearStage removes
+// it, or else sweepBaseStages later; STORE/base-stages/NAME records it
+// (with its inode number) from before its mkdirat until it is removed.
 
-// StageName is the directory at the base's root that holds the stages of
-// commits into a base on another mount than the store. No view shows it or
-// lets it be made, so no branch can commit it.
+// StageName starts the name of every stage in the base's root (and was,
+// alone, the one stage directory of earlier versions). No view shows such
+// a name at its root or lets one be made there, so no branch can commit it.
 const StageName = ".branchfs-commit-stage"
 
-// isStageName reports the view path that no view shows.
-func isStageName(rel string) bool { return rel == StageName }
+// isStageName reports the view paths that no view shows.
+func isStageName(rel string) bool {
+	return strings.HasPrefix(rel, StageName) && !strings.Contains(rel, "/")
+}
 
 // MountID identifies the mount that holds path: renames work within one
 // mount only, even between two bind mounts of one filesystem.
@@ -39,49 +49,271 @@ func MountID(path string) (uint64, error) {
 	return stx.Mnt_id, nil
 }
 
-// baseStages is the stage directory in the base.
-func (s *Store) baseStages() string { return filepath.Join(s.meta.Base, StageName) }
+// syncDir flushes directory dir's entries to the disk.
+func syncDir(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Fsync(fd)
+}
 
-// stageFor returns the stage directory of a commit into the base (toBase)
-// or into a delta, making the base's.
-func (s *Store) stageFor(toBase bool) (string, error) {
-	if !toBase || !s.apart {
-		return filepath.Join(s.dir, "stage"), nil
+// stageRecords is the directory of the store's records of its stages in
+// the base.
+func (s *Store) stageRecords() string { return filepath.Join(s.dir, "base-stages") }
+
+// errForeignStage: the entry at a stage's name is not the directory the
+// daemon made there.
+var errForeignStage = errors.New("not the stage directory this store made")
+
+// makeStage makes the stage of commit c: it sets c.stage and the journal's
+// Stage, Tag and StageIno. A commit into the base apart from the store
+// whose steps move nothing needs none.
+func (s *Store) makeStage(c *commitRun) error {
+	c.j.Tag = filepath.Base(s.freshName("stage"))
+	if !c.j.Copied {
+		c.j.Stage = filepath.Join(s.dir, "stage")
+		fd, err := unix.Open(c.j.Stage, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		c.stage = fd
+		return err
 	}
-	root := s.baseStages()
-	if err := unix.Mkdir(root, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
-		return "", err
+	if !slices.ContainsFunc(c.j.Ops, func(o op) bool { return o.Kind != opMeta }) {
+		return nil
 	}
-	return root, nil
+	for try := 0; ; try++ {
+		err := s.makeBaseStage(c)
+		if !errors.Is(err, unix.EEXIST) || try == 8 {
+			return err
+		}
+		c.j.Tag = filepath.Base(s.freshName("stage"))
+	}
+}
+
+// makeBaseStage makes BASE/StageName-TAG for commit c (see above). It
+// fails with EEXIST if an entry has that name.
+func (s *Store) makeBaseStage(c *commitRun) error {
+	name := StageName + "-" + c.j.Tag
+	recPath := filepath.Join(s.stageRecords(), name)
+	rec, err := os.OpenFile(recPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
+	if s.opts.Durable {
+		// The journal names the stage too, but only once written.
+		if err := syncDir(s.stageRecords()); err != nil {
+			os.Remove(recPath)
+			return err
+		}
+	}
+	root := s.base.fd()
+	if err := unix.Mkdirat(root, name, 0o700); err != nil {
+		os.Remove(recPath)
+		return &os.PathError{Op: "mkdir", Path: filepath.Join(s.meta.Base, name), Err: err}
+	}
+	c.j.Stage = filepath.Join(s.meta.Base, name)
+	fd, err := unix.Openat(root, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		// Replaced already: whatever is there now is someone else's.
+		os.Remove(recPath)
+		return &os.PathError{Op: "open", Path: c.j.Stage, Err: err}
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	if err == nil && !s.isOwnDir(&st) {
+		err = errForeignStage
+	}
+	if err == nil {
+		// A set-group-ID root passes its bit on, a default ACL its
+		// entries: neither is wanted here (nor on the copies made here).
+		err = unix.Fchmod(fd, 0o700)
+		for _, acl := range []string{"system.posix_acl_default", "system.posix_acl_access"} {
+			if err == nil {
+				if e := unix.Fremovexattr(fd, acl); e != nil && !errors.Is(e, unix.ENODATA) && !errors.Is(e, unix.EOPNOTSUPP) {
+					err = e
+				}
+			}
+		}
+	}
+	if err == nil {
+		_, err = rec.WriteString(strconv.FormatUint(st.Ino, 10) + "\n")
+	}
+	if err != nil {
+		unix.Close(fd)
+		if !errors.Is(err, errForeignStage) {
+			s.removeBaseStage(name, st.Ino) // an empty directory
+		}
+		os.Remove(recPath)
+		return &os.PathError{Op: "stage", Path: c.j.Stage, Err: err}
+	}
+	c.stage, c.j.StageIno = fd, st.Ino
+	return nil
+}
+
+// isOwnDir reports whether st is a directory the daemon may have made as
+// a stage: its user's, on the base's device, no one else's to use (a
+// set-group-ID bit, which a stage has until makeBaseStage clears it, is
+// harmless with it).
+func (s *Store) isOwnDir(st *unix.Stat_t) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Uid == uint32(os.Geteuid()) &&
+		st.Dev == s.base.dev && st.Mode&0o777 == 0o700
+}
+
+// openBaseStage opens the stage in the base that journal j names, checked
+// to be the directory the commit made: it fails with errForeignStage if
+// another entry has its name, ENOENT if none has.
+func (s *Store) openBaseStage(j *logRecord) (int, error) {
+	dir, name := filepath.Split(j.Stage)
+	if filepath.Clean(dir) != s.meta.Base || !isStageName(name) || j.StageIno == 0 {
+		// An earlier version's shared directory (or no stage in the
+		// base at all): nothing vouches for what it holds.
+		return -1, errForeignStage
+	}
+	fd, err := unix.Openat(s.base.fd(), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		return -1, errForeignStage
+	}
+	if err != nil {
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if !s.isOwnDir(&st) || st.Ino != j.StageIno {
+		unix.Close(fd)
+		return -1, errForeignStage
+	}
+	return fd, nil
 }
 
 // clearStage removes what the commit left in its stage: what its steps
 // replaced (to the trash, or at once where there is none: the base's), and
-// copies a rollback left. Nothing here can fail the commit.
+// copies a rollback left; a stage in the base goes with them. Nothing here
+// can fail the commit: a stage in the base that stays is removed later
+// (sweepBaseStages).
 func (c *commitRun) clearStage() {
 	if c.stage < 0 {
 		return
 	}
-	inBase := c.j.Stage == c.s.baseStages()
-	for i, o := range c.j.Ops {
-		names := []string{asideName(c.j.Tag, i)}
-		if c.j.Copied && o.Kind == opReplace {
-			names = append(names, copiedName(c.j.Tag, i))
+	if c.j.StageIno != 0 {
+		name := filepath.Base(c.j.Stage)
+		err := failpoint("stage-remove")
+		if err == nil {
+			err = c.s.removeStageAt(c.stage, name, c.j.StageIno)
 		}
-		for _, n := range names {
-			if inBase {
-				removeAt(c.stage, n)
-			} else {
-				c.s.discardAt(c.stage, n)
-			}
+		if err != nil {
+			c.s.stagesLeft.Store(true)
+			log.Printf("commit %s: removing its stage %s: %v; tried again after the next commit or abort, and at the next mount", c.j.Name, c.j.Stage, err)
+			return
 		}
+		os.Remove(filepath.Join(c.s.stageRecords(), name))
+		return
 	}
-	if inBase {
-		unix.Rmdir(c.j.Stage) // unless another commit's entries are there
+	for i := range c.j.Ops {
+		c.s.discardAt(c.stage, asideName(c.j.Tag, i))
 	}
 }
 
-// clearStages empties the stage directories; only while no commit runs.
+// removeBaseStage removes the stage in the base named name whose
+// directory had inode number ino (0: not known). An entry of that name
+// that is not that directory is someone else's and stays; it reports
+// success then, as when there is none.
+func (s *Store) removeBaseStage(name string, ino uint64) error {
+	fd, err := unix.Openat(s.base.fd(), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if isNotExist(err) || errors.Is(err, unix.ELOOP) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if !s.isOwnDir(&st) || ino != 0 && st.Ino != ino {
+		return nil
+	}
+	return s.removeStageAt(fd, name, st.Ino)
+}
+
+// removeStageAt empties the stage directory fd, then removes its name from
+// the base's root if that still names it (ino).
+func (s *Store) removeStageAt(fd int, name string, ino uint64) error {
+	dfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	names, err := fdNames(dfd)
+	for _, n := range names {
+		if err == nil {
+			err = removeAt(dfd, n)
+		}
+	}
+	unix.Close(dfd)
+	if err != nil {
+		return err
+	}
+	// Another directory put at its name would be someone else's; rmdir
+	// removes only an empty one.
+	var st unix.Stat_t
+	err = unix.Fstatat(s.base.fd(), name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if err == nil && st.Ino == ino && st.Dev == s.base.dev {
+		err = unix.Unlinkat(s.base.fd(), name, unix.AT_REMOVEDIR)
+	}
+	if isNotExist(err) {
+		err = nil
+	}
+	return err
+}
+
+// sweepBaseStages removes the store's stages in the base that no commit
+// needs: all, at a mount after the replay; else all but the one of an
+// unfinished commit and the one of a commit whose "done" is owed. A
+// record whose stage stays is kept, to be tried again. Preconditions:
+// s.mu held exclusively, or during load.
+func (s *Store) sweepBaseStages() {
+	s.stagesLeft.Store(false)
+	ents, err := os.ReadDir(s.stageRecords())
+	if err != nil {
+		s.stagesLeft.Store(true)
+		log.Printf("stages in the base: %v", err)
+		return
+	}
+	keep := map[string]bool{}
+	if c := s.unfinished.Load(); c != nil {
+		keep[filepath.Base(c.j.Stage)] = true
+	}
+	if j := s.owedDone.Load(); j != nil {
+		keep[filepath.Base(j.Stage)] = true
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if keep[name] {
+			s.stagesLeft.Store(true)
+			continue
+		}
+		rec := filepath.Join(s.stageRecords(), name)
+		data, _ := os.ReadFile(rec)
+		ino, _ := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+		if !isStageName(name) {
+			os.Remove(rec)
+			continue
+		}
+		if err := s.removeBaseStage(name, ino); err != nil {
+			s.stagesLeft.Store(true)
+			log.Printf("removing the stage %s: %v; tried again after the next commit or abort, and at the next mount", filepath.Join(s.meta.Base, name), err)
+			continue
+		}
+		os.Remove(rec)
+	}
+}
+
+// clearStages empties the store's stage directory and removes the store's
+// stages in the base; only while no commit runs (during load).
 func (s *Store) clearStages() error {
 	dir := filepath.Join(s.dir, "stage")
 	ents, err := os.ReadDir(dir)
@@ -93,10 +325,8 @@ func (s *Store) clearStages() error {
 			return err
 		}
 	}
-	if _, err := os.Lstat(s.baseStages()); os.IsNotExist(err) {
-		return nil
-	}
-	return os.RemoveAll(s.baseStages())
+	s.sweepBaseStages()
+	return nil
 }
 
 // asideName is where step i of the commit tagged tag puts what it

@@ -50,6 +50,9 @@ type logRecord struct {
 	// back (stage.go).
 	Stage string `json:"stage,omitempty"`
 	Tag   string `json:"tag,omitempty"`
+	// StageIno is the inode number of a stage in the base, which is the
+	// commit's own (stage.go); 0 for the store's stage.
+	StageIno uint64 `json:"stage_ino,omitempty"`
 	// AutoName, in main's snapshot record, is the last generated name's
 	// number, so that no generated name comes back (Store.freeName).
 	AutoName int `json:"auto_name,omitempty"`

@@ -14,6 +14,8 @@
 //	STORE/branches/NAME/       reserved for per-branch data such as
 //	                           checkpointed process memory (images/)
 //	STORE/tmp/, STORE/trash/   staging for creation and deletion
+//	STORE/stage/               commits' stages (stage.go)
+//	STORE/base-stages/NAME     a stage this store made in the base (stage.go)
 //
 // Locking. Store.mu is the outermost lock. Every view operation holds it
 // shared, from its first lookup to its last change (View.Lock, LockRoot),
@@ -137,6 +139,11 @@ type Store struct {
 	// owedDone is the journal of a commit that happened but whose "done"
 	// could not be recorded (Store.recordDone); changed under mu.
 	owedDone atomic.Pointer[logRecord]
+	// stagesLeft: a stage in the base may wait for removal
+	// (sweepBaseStages).
+	stagesLeft atomic.Bool
+	// closed: Close has begun; changed under mu.
+	closed bool
 
 	opts Options
 	// noMarkers says why the store cannot hold tombstones (checkXattrs).
@@ -170,7 +177,7 @@ func Open(dir, base string, o Options) (*Store, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("base %s is not a directory", base)
 	}
-	for _, d := range []string{dir, filepath.Join(dir, "deltas"), filepath.Join(dir, "tmp"), filepath.Join(dir, "trash"), filepath.Join(dir, "stage")} {
+	for _, d := range []string{dir, filepath.Join(dir, "deltas"), filepath.Join(dir, "tmp"), filepath.Join(dir, "trash"), filepath.Join(dir, "stage"), filepath.Join(dir, "base-stages")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
@@ -546,6 +553,7 @@ func (s *Store) devIndex(dev uint64) uint64 {
 func (s *Store) Close() error {
 	s.mu.Lock()
 	s.trashLeftovers()
+	s.closed = true
 	s.mu.Unlock()
 	for _, b := range s.branches {
 		if b.view != nil {
@@ -758,6 +766,9 @@ func (s *Store) emptyTrash() {
 	for pass := 0; pass < 3; pass++ {
 		s.mu.Lock()
 		s.trashLeftovers()
+		if pass == 0 && s.stagesLeft.Load() && !s.closed {
+			s.sweepBaseStages()
+		}
 		s.mu.Unlock()
 		if emptyDir(filepath.Join(s.dir, "trash")) == 0 {
 			break
