@@ -185,6 +185,9 @@ func (s *Store) prepare(c *commitRun) error {
 				}
 			}
 		}
+		if err := c.dropBookkeeping(); err != nil {
+			return err
+		}
 	}
 	if err := s.makeStage(c); err != nil {
 		return err
@@ -222,6 +225,41 @@ func (c *commitRun) copyIn() error {
 	}
 	if c.s.opts.Durable {
 		return unix.Syncfs(c.stage)
+	}
+	return nil
+}
+
+// dropBookkeeping removes what overlayfs keeps for itself (copy-up
+// bookkeeping, see layer.scrub) from the files the commit moves one by one,
+// so that what a kernel-path run wrote commits as the same change made
+// through a view does; a tree that moves into the base is scrubbed whole,
+// and one that moves into a delta takes its impure marks along. Only the
+// files of an impure directory can have any. They are in no view, so this
+// needs no undo.
+func (c *commitRun) dropBookkeeping() error {
+	impure := map[string]bool{}
+	for _, o := range c.j.Ops {
+		if o.Kind != opReplace {
+			continue
+		}
+		pfd, name, err := c.src.parent(o.Src)
+		if err != nil {
+			return err
+		}
+		dir := path.Dir(o.Src)
+		imp, ok := impure[dir]
+		if !ok {
+			_, err := unix.Getxattr(procPath(pfd), impureXattr, nil)
+			imp = err == nil
+			impure[dir] = imp
+		}
+		var st unix.Stat_t
+		if !imp || unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			continue
+		}
+		if err := dropOverlayXattrsAt(pfd, name); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -370,17 +408,17 @@ func planDir(srcDirs, targetDirs *dirCache, rel string, targetIsDelta bool, j *l
 			targetHas = terr == nil
 		}
 		switch {
-		case isWhiteout(sfd, n, &st) && !targetIsDelta:
+		case isWhiteout(&st) && !targetIsDelta:
 			if targetHas {
 				j.Ops = append(j.Ops, op{Kind: opRemove, Dst: p})
 			}
-		case isWhiteout(sfd, n, &st):
+		case isWhiteout(&st):
 			j.Ops = append(j.Ops, op{Kind: opReplace, Src: p, Dst: p})
 		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
 			later = append(later, op{Kind: opReplace, Src: p, Dst: p})
 		default:
 			opaque := src.isOpaque(p)
-			targetDir := targetHas && tst.Mode&unix.S_IFMT == unix.S_IFDIR && !(targetIsDelta && isWhiteout(tfd, n, &tst))
+			targetDir := targetHas && tst.Mode&unix.S_IFMT == unix.S_IFDIR && !(targetIsDelta && isWhiteout(&tst))
 			if targetDir && !opaque {
 				if err := planDir(srcDirs, targetDirs, p, targetIsDelta, j); err != nil {
 					return err

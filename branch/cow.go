@@ -276,6 +276,9 @@ func (v *View) copySymlink(src *layer, rel string, e *Entry, pfd int, name strin
 }
 
 func (v *View) copySpecial(src *layer, rel string, e *Entry, pfd int, name string) error {
+	if isWhiteout(&e.Stat) {
+		return errDeviceIsMarker // a base's own: in the delta it would be a tombstone
+	}
 	staged := v.store.tmpName()
 	if err := unix.Mknod(staged, e.Stat.Mode, int(e.Stat.Rdev)); err != nil {
 		return err

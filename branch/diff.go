@@ -48,7 +48,7 @@ func diffDir(src *layer, parent *View, rel string, d *Diff) error {
 		}
 		pe, perr := parent.Lookup(p)
 		switch {
-		case src.isWhiteoutRel(p, &st):
+		case src.isWhiteoutRel(&st):
 			if perr == nil {
 				d.Deleted = append(d.Deleted, p)
 			}

@@ -26,6 +26,11 @@ var (
 	ErrUnfinished = errors.New("a commit could neither finish nor roll back; retry the commit once its cause is fixed")
 )
 
+// errDeviceIsMarker: in a branch a 0/0 character device is a tombstone (an
+// overlayfs whiteout), so none is made or copied up there, as overlayfs
+// makes none. (Not in errnos: EPERM has other causes.)
+var errDeviceIsMarker = fmt.Errorf("a 0/0 character device marks a deletion in a branch: %w", syscall.EPERM)
+
 // errnos is the one table of what each error is on the wire. Where two
 // errors share an errno, the first is the one a client is told of.
 var errnos = []struct {

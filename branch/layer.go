@@ -13,23 +13,32 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Markers. A tombstone is an empty regular file carrying whiteoutXattr; an
-// opaque directory (one deleted and made again in a branch, which hides
-// everything below it at the same path) carries opaqueXattr. Both are in
-// the user namespace, which an unprivileged daemon may write and tmpfs
-// supports (Linux 6.6), and no user file can carry them: a view refuses
-// internal xattrs and copy-up drops them. A user's own 0/0 character device
-// is therefore only a device. Stores of format 1 used 0/0 character devices
-// and, as root, trusted.branchfs.opaque; Open converts them (markers.go).
-const (
-	whiteoutXattr = "user.branchfs.whiteout"
-	opaqueXattr   = "user.branchfs.opaque"
-)
+// Markers (store format 3) are those of the kernel's overlayfs, so that a
+// delta is an overlayfs layer as it stands and an overlayfs upper layer is
+// a delta (design.md, Markers). A tombstone is a 0/0 character device, a
+// whiteout, which any user may make (Linux 5.8); an opaque directory (one
+// deleted and made again in a branch, which hides everything below it at
+// the same path) carries opaqueXattr = "y", overlayfs's own marker under
+// its userxattr option. No user file can pass for either: a branch view
+// refuses to make a 0/0 character device or to copy one up, and refuses
+// internal xattrs, which copies drop. Format 1 (0/0 devices, and
+// trusted.branchfs.opaque) and format 2 (empty files carrying
+// user.branchfs.whiteout, and user.branchfs.opaque) are converted by Open
+// (markers.go).
+const opaqueXattr = "user.overlay.opaque"
 
-// IsInternalXattr reports names that belong to branchfs and are never shown
-// through a view nor accepted from one.
+// overlayPrefix starts the names of the xattrs overlayfs keeps for itself
+// in its upper layer under userxattr: opaque, origin and impure (copy-up
+// bookkeeping), uuid, and user.overlay.overlay.* for a user's own
+// user.overlay.* xattrs, which it escapes. Views neither show nor take
+// them, and a commit into the base drops them (layer.scrub).
+const overlayPrefix = "user.overlay."
+
+// IsInternalXattr reports names that belong to branchfs or to overlayfs
+// and are never shown through a view nor accepted from one.
 func IsInternalXattr(name string) bool {
-	return strings.HasPrefix(name, "trusted.branchfs.") || strings.HasPrefix(name, "user.branchfs.")
+	return strings.HasPrefix(name, overlayPrefix) || strings.HasPrefix(name, "trusted.overlay.") ||
+		strings.HasPrefix(name, "user.branchfs.") || strings.HasPrefix(name, "trusted.branchfs.")
 }
 
 // layer is one directory of a view's stack: the base, or a branch's delta.
@@ -320,8 +329,15 @@ func (l *layer) isOpaque(rel string) bool {
 		return false
 	}
 	defer unix.Close(pfd)
-	_, err = getxattrAt(pfd, name, opaqueXattr, nil)
-	return err == nil
+	return opaqueAt(pfd, name)
+}
+
+// opaqueAt reports whether name in directory dirfd carries the opaque
+// marker: overlayfs takes only "y" for one.
+func opaqueAt(dirfd int, name string) bool {
+	var buf [2]byte
+	n, err := getxattrAt(dirfd, name, opaqueXattr, buf[:])
+	return err == nil && n == 1 && buf[0] == 'y'
 }
 
 func (l *layer) setOpaque(rel string) error {
@@ -333,33 +349,15 @@ func (l *layer) setOpaque(rel string) error {
 	return unix.Setxattr(procPath(fd), opaqueXattr, []byte("y"), 0)
 }
 
-// isWhiteout reports whether name in directory dirfd, whose attributes are
-// st, is a tombstone. This is the one test of a tombstone: the lookup, the
-// listing, the commit and the scrub all use it. Only an empty regular file
-// costs a system call.
-func isWhiteout(dirfd int, name string, st *unix.Stat_t) bool {
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 0 {
-		return false
-	}
-	_, err := getxattrAt(dirfd, name, whiteoutXattr, nil)
-	return err == nil
+// isWhiteout reports whether an entry of a delta whose attributes are st
+// is a tombstone. This is the one test of a tombstone: the lookup, the
+// listing, the commit and the scrub all use it.
+func isWhiteout(st *unix.Stat_t) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
 }
 
-// isWhiteoutRel is isWhiteout for rel beneath the layer root.
-func (l *layer) isWhiteoutRel(rel string, st *unix.Stat_t) bool {
-	if !l.delta || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 0 {
-		return false
-	}
-	if !strings.Contains(rel, "/") { // a name right under the root, as lstat has it
-		return isWhiteout(l.fd(), rel, st)
-	}
-	pfd, name, err := l.parent(rel)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(pfd)
-	return isWhiteout(pfd, name, st)
-}
+// isWhiteoutRel is isWhiteout for an entry of this layer.
+func (l *layer) isWhiteoutRel(st *unix.Stat_t) bool { return l.delta && isWhiteout(st) }
 
 // procPath names an O_PATH descriptor so that calls without an *at form
 // (chmod, xattrs) act on exactly the file it refers to.
@@ -380,9 +378,13 @@ func JoinRel(dir, name string) string {
 	return dir + "/" + name
 }
 
-// scrub removes tombstones and opaque markers from a tree that moves into
-// the base, where nothing lies below to hide; the root's own marker only
-// when root is set.
+// scrub readies a tree that moves into the base, where nothing lies below
+// to hide: it removes the tree's tombstones, its opaque markers (the root's
+// own only when root is set) and what overlayfs keeps for itself. Overlayfs
+// gives its copy-up bookkeeping only to what it copied up, and marks the
+// directory that holds such an entry impure (it does so for a link or
+// rename into a directory too), so only an impure directory's files need
+// reading; every directory does.
 func (l *layer) scrub(rel string, root bool) error {
 	st, err := l.lstat(rel)
 	if isNotExist(err) || err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
@@ -396,31 +398,78 @@ func (l *layer) scrub(rel string, root bool) error {
 		return err
 	}
 	defer unix.Close(fd)
-	if root {
-		if err := unix.Removexattr(procPath(fd), opaqueXattr); err != nil && !errors.Is(err, unix.ENODATA) {
-			return err
-		}
+	impure, err := dropOverlayXattrs(procPath(fd), !root)
+	if err != nil {
+		return err
 	}
 	ents, err := l.readDirTyped(rel)
 	if err != nil {
 		return err
 	}
 	for _, d := range ents {
-		switch d.Type {
-		case syscall.DT_REG, syscall.DT_UNKNOWN:
-			var cst unix.Stat_t
-			if unix.Fstatat(fd, d.Name, &cst, unix.AT_SYMLINK_NOFOLLOW) == nil && isWhiteout(fd, d.Name, &cst) {
-				if err := unix.Unlinkat(fd, d.Name, 0); err != nil {
-					return err
-				}
+		typ := d.Type
+		var cst unix.Stat_t
+		if typ == syscall.DT_UNKNOWN || typ == syscall.DT_CHR {
+			if err := unix.Fstatat(fd, d.Name, &cst, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return err
 			}
-		case syscall.DT_DIR:
+			typ = uint8((cst.Mode & unix.S_IFMT) >> 12)
+		}
+		switch {
+		case typ == syscall.DT_CHR && isWhiteout(&cst):
+			if err := unix.Unlinkat(fd, d.Name, 0); err != nil {
+				return err
+			}
+		case typ == syscall.DT_DIR:
 			if err := l.scrub(JoinRel(rel, d.Name), true); err != nil {
+				return err
+			}
+		case typ == syscall.DT_REG && impure:
+			if err := dropOverlayXattrsAt(fd, d.Name); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// impureXattr marks a directory of overlayfs's upper layer that holds
+// entries with copy-up bookkeeping (see scrub).
+const impureXattr = overlayPrefix + "impure"
+
+// dropOverlayXattrs removes overlayfs's xattrs from the file at path p (a
+// /proc path of a descriptor), but the opaque marker when keepOpaque, and
+// reports whether the file was marked impure.
+func dropOverlayXattrs(p string, keepOpaque bool) (impure bool, err error) {
+	names, err := listXattrs(p)
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, n := range names {
+		if !strings.HasPrefix(n, overlayPrefix) || keepOpaque && n == opaqueXattr {
+			continue
+		}
+		impure = impure || n == impureXattr
+		if err := unix.Removexattr(p, n); err != nil && !errors.Is(err, unix.ENODATA) {
+			return impure, err
+		}
+	}
+	return impure, nil
+}
+
+// dropOverlayXattrsAt is dropOverlayXattrs for a regular file name in
+// directory dirfd, which has no opaque marker.
+func dropOverlayXattrsAt(dirfd int, name string) error {
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	_, err = dropOverlayXattrs(procPath(fd), false)
+	return err
 }
 
 func (l *layer) setDirMeta(rel string, m *dirMeta) error {
@@ -520,8 +569,8 @@ func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []
 		}
 		de := DirEntry{Name: name, Type: d.Type, Ino: d.Ino, Layer: index}
 		plus := skip != nil && !skip(name)
-		// A tombstone is a regular file; the type may be unknown.
-		maybeTomb := hideWhiteouts && (d.Type == syscall.DT_REG || d.Type == syscall.DT_UNKNOWN)
+		// A tombstone is a character device; the type may be unknown.
+		maybeTomb := hideWhiteouts && (d.Type == syscall.DT_CHR || d.Type == syscall.DT_UNKNOWN)
 		if plus || maybeTomb {
 			var st unix.Stat_t
 			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -530,7 +579,7 @@ func (l *layer) readDirMerge(rel string, index int, seen map[string]bool, out []
 				}
 				return // gone since getdents
 			}
-			if maybeTomb && isWhiteout(fd, name, &st) {
+			if maybeTomb && isWhiteout(&st) {
 				return
 			}
 			if plus {

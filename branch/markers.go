@@ -22,17 +22,14 @@ func (s *Store) stageWhiteout() (string, error) {
 		return "", s.noMarkers
 	}
 	p := s.tmpName()
-	fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return "", err
-	}
-	err = unix.Fsetxattr(fd, whiteoutXattr, []byte("y"), 0)
-	unix.Close(fd)
-	if err != nil {
-		unix.Unlink(p)
-		return "", err
-	}
-	return p, nil
+	return p, mknodWhiteout(p)
+}
+
+// mknodWhiteout makes a tombstone at p: a 0/0 character device with no
+// permissions, as overlayfs makes its whiteouts. The kernel lets every
+// user make one (Linux 5.8) for overlayfs's sake.
+func mknodWhiteout(p string) error {
+	return unix.Mknod(p, unix.S_IFCHR, 0)
 }
 
 // install puts the entry at path staged (in the store, on the layer's
@@ -154,22 +151,26 @@ func setxattrAt(dirfd int, name, attr string, val []byte) error {
 	return unix.Setxattr(procPath(fd), attr, val, 0)
 }
 
-// checkXattrs finds out whether the store's filesystem can hold the user
-// xattrs that mark tombstones and opaque directories. Where it cannot
-// (ramfs), a branch works until it would need one: deleting or renaming
-// what a lower layer has then fails with EOPNOTSUPP and changes nothing,
-// and MarkerError says why.
-func (s *Store) checkXattrs() error {
+// checkMarkers finds out whether the store's filesystem can hold
+// tombstones (0/0 character devices, which a kernel before 5.8 lets only
+// root make) and the user xattr that marks opaque directories. Where it
+// cannot (ramfs has no user xattrs), a branch works until it would need
+// one: deleting or renaming what a lower layer has then fails with
+// EOPNOTSUPP and changes nothing, and MarkerError says why.
+func (s *Store) checkMarkers() error {
 	p := s.tmpName()
-	fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
-	if err != nil {
+	if err := mknodWhiteout(p); err != nil {
+		s.noMarkers = fmt.Errorf("store %s: cannot make the 0/0 character devices that mark files deleted in a branch (Linux 5.8 lets every user make them): %w", s.dir, errors.Join(err, unix.EOPNOTSUPP))
+		return nil
+	}
+	unix.Unlink(p)
+	if err := unix.Mkdir(p, 0o700); err != nil {
 		return err
 	}
-	err = unix.Fsetxattr(fd, whiteoutXattr, []byte("y"), 0)
-	unix.Close(fd)
-	unix.Unlink(p)
+	err := unix.Setxattr(p, opaqueXattr, []byte("y"), 0)
+	unix.Rmdir(p)
 	if err != nil {
-		s.noMarkers = fmt.Errorf("store %s: its filesystem cannot hold user extended attributes, which mark files deleted in a branch; choose another --store: %w", s.dir, err)
+		s.noMarkers = fmt.Errorf("store %s: its filesystem cannot hold user extended attributes, which mark directories made again in a branch; choose another --store: %w", s.dir, err)
 	}
 	return nil
 }
@@ -186,14 +187,21 @@ func (s *Store) setOpaque(l *layer, rel string) error {
 	return l.setOpaque(rel)
 }
 
-// v1Opaque is the opaque marker a format 1 store made as root.
-const v1Opaque = "trusted.branchfs.opaque"
+// The markers of earlier formats (see layer.go).
+const (
+	v1Opaque   = "trusted.branchfs.opaque"
+	v2Whiteout = "user.branchfs.whiteout"
+	v2Opaque   = "user.branchfs.opaque"
+)
 
-// upgradeMarkers converts the tombstones and opaque markers of a format 1
-// store in place: every 0/0 character device in a delta becomes a tombstone
-// and trusted.branchfs.opaque becomes opaqueXattr. Format 1 took every 0/0
-// device in a delta for a tombstone, so nothing changes meaning. Each step
-// is atomic and may run again; the format is recorded once all are done.
+// upgradeMarkers converts the tombstones and opaque markers of a store of
+// format 1 or 2 in place: an empty file carrying v2Whiteout becomes a 0/0
+// character device, and either opaque marker becomes opaqueXattr. A 0/0
+// character device in a delta was a tombstone in format 1 and stays one; in
+// format 2 it was a user's device, which format 3 cannot hold: the
+// conversion stops and says where it is, having changed what it converted
+// only. Each step is atomic and may run again; the format is recorded once
+// all are done.
 func (s *Store) upgradeMarkers() error {
 	deltas := filepath.Join(s.dir, "deltas")
 	ents, err := os.ReadDir(deltas)
@@ -205,17 +213,17 @@ func (s *Store) upgradeMarkers() error {
 		if err != nil {
 			return err
 		}
-		err = s.upgradeDir(fd)
+		err = s.upgradeDir(fd, "")
 		unix.Close(fd)
 		if err != nil {
-			return fmt.Errorf("converting the markers of branch %s: %w", e.Name(), err)
+			return fmt.Errorf("converting the markers of branch %s to format %d: %w", e.Name(), formatVersion, err)
 		}
 	}
 	s.meta.Version = formatVersion
 	return s.writeMeta()
 }
 
-func (s *Store) upgradeDir(fd int) error {
+func (s *Store) upgradeDir(fd int, rel string) error {
 	names, err := fdNames(fd)
 	if err != nil {
 		return err
@@ -227,11 +235,18 @@ func (s *Store) upgradeDir(fd int) error {
 		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFCHR:
-			if st.Rdev != 0 {
+			if isWhiteout(&st) && s.meta.Version == 2 {
+				return fmt.Errorf("%s is a 0/0 character device, which format %d reads as a deletion; remove it (or abort the branch) with the branchfs that made it", JoinRel(rel, n), formatVersion)
+			}
+		case unix.S_IFREG:
+			if st.Size != 0 {
 				continue
 			}
-			t, err := s.stageWhiteout()
-			if err != nil {
+			if _, err := getxattrAt(fd, n, v2Whiteout, nil); err != nil {
+				continue
+			}
+			t := s.tmpName()
+			if err := mknodWhiteout(t); err != nil {
 				return err
 			}
 			if err := unix.Renameat(unix.AT_FDCWD, t, fd, n); err != nil {
@@ -244,7 +259,7 @@ func (s *Store) upgradeDir(fd int) error {
 			}
 			err = upgradeOpaque(cfd)
 			if err == nil {
-				err = s.upgradeDir(cfd)
+				err = s.upgradeDir(cfd, JoinRel(rel, n))
 			}
 			unix.Close(cfd)
 			if err != nil {
@@ -255,13 +270,18 @@ func (s *Store) upgradeDir(fd int) error {
 	return nil
 }
 
-// upgradeOpaque sets the new marker before it removes the old one.
+// upgradeOpaque sets the new marker before it removes an old one.
 func upgradeOpaque(fd int) error {
-	if _, err := unix.Fgetxattr(fd, v1Opaque, nil); err != nil {
-		return nil // absent, or a store made without root, which has none
+	for _, old := range []string{v1Opaque, v2Opaque} {
+		if _, err := unix.Fgetxattr(fd, old, nil); err != nil {
+			continue // absent, or a trusted xattr a user cannot read
+		}
+		if err := unix.Fsetxattr(fd, opaqueXattr, []byte("y"), 0); err != nil {
+			return err
+		}
+		if err := unix.Fremovexattr(fd, old); err != nil {
+			return err
+		}
 	}
-	if err := unix.Fsetxattr(fd, opaqueXattr, []byte("y"), 0); err != nil {
-		return err
-	}
-	return unix.Fremovexattr(fd, v1Opaque)
+	return nil
 }

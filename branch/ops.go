@@ -306,6 +306,9 @@ func (v *View) Mkdir(rel string, mode uint32, o Owner) (*Entry, error) {
 
 // Mknod makes a fifo, socket or device node.
 func (v *View) Mknod(rel string, mode, dev uint32, o Owner) (*Entry, error) {
+	if !v.IsMain() && mode&unix.S_IFMT == unix.S_IFCHR && dev == 0 {
+		return nil, errDeviceIsMarker
+	}
 	pfd, name, hidden, err := v.prepareNew(rel)
 	if err != nil {
 		return nil, err
@@ -487,7 +490,7 @@ func (v *View) clearTombstones(rel string) error {
 		if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			continue
 		}
-		if !isWhiteout(fd, n, &st) {
+		if !isWhiteout(&st) {
 			return unix.ENOTEMPTY
 		}
 		if err := unix.Unlinkat(fd, n, 0); err != nil {
@@ -632,7 +635,7 @@ func (v *View) Rename(oldRel, newRel string, flags uint) error {
 	needTombstone := v.lowerHas(oldRel)
 	tomb := false
 	if st, err := top.lstat(newRel); err == nil && top.delta {
-		tomb = isWhiteout(npfd, nname, &st)
+		tomb = isWhiteout(&st)
 		if !tomb && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			// Empty in the view, but its tombstones stop rename(2): a
 			// tombstone takes its place first.
@@ -716,7 +719,7 @@ func (v *View) inTopDir(rel string, fn func(pfd int, name string, st *unix.Stat_
 	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return err, true
 	}
-	if top.delta && isWhiteout(pfd, name, &st) {
+	if top.delta && isWhiteout(&st) {
 		return unix.ENOENT, true
 	}
 	return fn(pfd, name, &st), true

@@ -20,11 +20,17 @@ func deltaContents(t *testing.T, root string) string {
 			return err
 		}
 		rel, _ := filepath.Rel(root, p)
-		if _, err := unix.Lgetxattr(p, whiteoutXattr, nil); err == nil {
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) == nil && isWhiteout(&st) {
 			rel += "!"
 		}
 		if _, err := unix.Lgetxattr(p, opaqueXattr, nil); err == nil {
 			rel += "*"
+		}
+		if names, _ := listXattrs(p); slices.ContainsFunc(names, func(n string) bool {
+			return strings.HasPrefix(n, overlayPrefix) && n != opaqueXattr
+		}) {
+			rel += "+" // overlayfs's bookkeeping
 		}
 		out = append(out, rel)
 		return nil
@@ -95,6 +101,25 @@ func TestScrub(t *testing.T) {
 		{name: "beside the tree", rel: "d", root: true,
 			change: func(t *testing.T, v *View) { must(t, v.Unlink("d/x")); must(t, v.Unlink("f")) },
 			before: "d d/x! f!", after: "d f!"},
+		{name: "overlayfs bookkeeping", rel: "d", root: false,
+			change: func(t *testing.T, v *View) {
+				// What overlayfs leaves after a copy-up of d/x and a
+				// rename of it into the new d/n: origin on each copy,
+				// impure on the directories that hold one.
+				write(t, v, "d/x", "x2")
+				_, err := v.Mkdir("d/n", 0o755, me)
+				must(t, err)
+				write(t, v, "d/n/y", "y")
+				write(t, v, "d/n/z", "z")
+				delta := v.store.deltaDir("b")
+				for _, p := range []string{"d", "d/x", "d/n", "d/n/y"} {
+					must(t, unix.Setxattr(filepath.Join(delta, p), overlayPrefix+"origin", []byte{}, 0))
+				}
+				must(t, unix.Setxattr(filepath.Join(delta, "d"), impureXattr, []byte("y"), 0))
+				must(t, unix.Setxattr(filepath.Join(delta, "d/n"), impureXattr, []byte("y"), 0))
+				must(t, unix.Setxattr(filepath.Join(delta, "d/n/z"), "user.keep", []byte("k"), 0))
+			},
+			before: "d+ d/n+ d/n/y+ d/n/z d/x+", after: "d d/n d/n/y d/n/z d/x"},
 		{name: "missing", rel: "nothing", root: true,
 			change: func(t *testing.T, v *View) { must(t, v.Unlink("f")) },
 			before: "f!", after: "f!"},

@@ -369,7 +369,7 @@ func copyTree(sfd int, sname string, dfd int, dname string) error {
 			if err := unix.Fstatat(in, n, &cst, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				return err
 			}
-			if isWhiteout(in, n, &cst) {
+			if isWhiteout(&cst) {
 				continue
 			}
 			if err := copyTree(in, n, out, n); err != nil {

@@ -69,9 +69,9 @@ func (s State) String() string {
 	return "aborted"
 }
 
-// formatVersion 2 marks tombstones and opaque directories with user
-// xattrs (layer.go); Open converts a store of format 1 (markers.go).
-const formatVersion = 2
+// formatVersion 3 marks tombstones and opaque directories as overlayfs
+// does (layer.go); Open converts a store of format 1 or 2 (markers.go).
+const formatVersion = 3
 
 type storeMeta struct {
 	Version int    `json:"version"`
@@ -146,7 +146,7 @@ type Store struct {
 	closed bool
 
 	opts Options
-	// noMarkers says why the store cannot hold tombstones (checkXattrs).
+	// noMarkers says why the store cannot hold tombstones (checkMarkers).
 	noMarkers error
 }
 
@@ -215,10 +215,10 @@ func Open(dir, base string, o Options) (*Store, error) {
 	s.apart = storeMnt != baseMnt
 	// Leftovers of creations and deletions a crash interrupted.
 	emptyDir(filepath.Join(dir, "tmp"))
-	if err := s.checkXattrs(); err != nil {
+	if err := s.checkMarkers(); err != nil {
 		return nil, err
 	}
-	if s.meta.Version == 1 {
+	if s.meta.Version != formatVersion {
 		if err := s.upgradeMarkers(); err != nil {
 			return nil, err
 		}
@@ -266,7 +266,7 @@ func (s *Store) loadMeta(base string) error {
 	if err := json.Unmarshal(data, &s.meta); err != nil {
 		return fmt.Errorf("%s: %w", p, err)
 	}
-	if s.meta.Version != formatVersion && s.meta.Version != 1 {
+	if s.meta.Version < 1 || s.meta.Version > formatVersion {
 		return fmt.Errorf("%s: unsupported format version %d", p, s.meta.Version)
 	}
 	if s.meta.Base != base {
@@ -960,7 +960,7 @@ func duTree(dir string) (bytes, files int64) {
 			return nil
 		}
 		var st unix.Stat_t
-		if unix.Lstat(p, &st) == nil && !isWhiteout(unix.AT_FDCWD, p, &st) {
+		if unix.Lstat(p, &st) == nil && !isWhiteout(&st) {
 			files++
 			if st.Mode&unix.S_IFMT == unix.S_IFREG {
 				bytes += st.Size

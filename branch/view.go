@@ -305,7 +305,7 @@ func (v *View) probe(i int, rel string, merge bool) (st unix.Stat_t, tomb, opaqu
 		if st, err = l.lstat(rel); err != nil {
 			return st, false, false, err
 		}
-		if l.isWhiteoutRel(rel, &st) {
+		if l.isWhiteoutRel(&st) {
 			return st, true, false, nil
 		}
 		return st, false, merge && st.Mode&unix.S_IFMT == unix.S_IFDIR && l.isOpaque(rel), nil
@@ -318,12 +318,11 @@ func (v *View) probe(i int, rel string, merge bool) (st unix.Stat_t, tomb, opaqu
 	if err = unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return st, false, false, err
 	}
-	if isWhiteout(pfd, name, &st) {
+	if isWhiteout(&st) {
 		return st, true, false, nil
 	}
 	if merge && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		_, err := getxattrAt(pfd, name, opaqueXattr, nil)
-		opaque = err == nil
+		opaque = opaqueAt(pfd, name)
 	}
 	return st, false, opaque, nil
 }
@@ -366,7 +365,7 @@ func (v *View) atShown(rel string, fn func(dirfd int, name string) error) error 
 		if l.delta {
 			var st unix.Stat_t
 			err = unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
-			if err == nil && isWhiteout(pfd, name, &st) {
+			if err == nil && isWhiteout(&st) {
 				done()
 				return unix.ENOENT
 			}
