@@ -1,6 +1,7 @@
 package branch
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -340,5 +341,63 @@ func TestStageRemoveFails(t *testing.T) {
 				t.Errorf("records of stages removed: %v", ents)
 			}
 		})
+	}
+}
+
+// A stage made in a base root that is set-group-ID and world-writable
+// with a default ACL granting another user everything is still its
+// commit's alone: mode 0700, no ACL.
+func TestStageInSharedRoot(t *testing.T) {
+	s, base := newBigStore(t, "apart")
+	if err := unix.Chmod(base, 0o2777); err != nil {
+		t.Fatal(err)
+	}
+	// The default ACL u::rwx,u:65534:rwx,g::rwx,m::rwx,o::rwx.
+	acl := binary.LittleEndian.AppendUint32(nil, 2)
+	for _, e := range []struct {
+		tag uint16
+		id  uint32
+	}{{0x01, ^uint32(0)}, {0x02, 65534}, {0x04, ^uint32(0)}, {0x10, ^uint32(0)}, {0x20, ^uint32(0)}} {
+		acl = binary.LittleEndian.AppendUint16(acl, e.tag)
+		acl = binary.LittleEndian.AppendUint16(acl, 7)
+		acl = binary.LittleEndian.AppendUint32(acl, e.id)
+	}
+	if err := unix.Setxattr(base, "system.posix_acl_default", acl, 0); err != nil {
+		t.Skipf("no ACLs on the base: %v", err)
+	}
+	b, _ := s.Create("b", MainName)
+	changeMuch(t, b)
+	setFailHook(t, func(step string) error {
+		if step == "commit-step-3" || step == "commit-undo" {
+			return unix.EIO
+		}
+		return nil
+	})
+	if _, err := s.Commit("b"); !errors.Is(err, ErrUnfinished) {
+		t.Fatalf("commit: %v, want ErrUnfinished", err)
+	}
+	stages := stagesIn(t, base)
+	if len(stages) != 1 {
+		t.Fatalf("stages of an unfinished commit: %v", stages)
+	}
+	p := filepath.Join(base, stages[0])
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&07777 != 0o700 || st.Uid != uint32(os.Geteuid()) {
+		t.Errorf("stage %s: mode %o, uid %d", p, st.Mode&07777, st.Uid)
+	}
+	for _, acl := range []string{"system.posix_acl_access", "system.posix_acl_default"} {
+		if _, err := unix.Lgetxattr(p, acl, nil); !errors.Is(err, unix.ENODATA) {
+			t.Errorf("stage %s has %s: %v", p, acl, err)
+		}
+	}
+	failHook = nil
+	if _, err := s.Commit("b"); err != nil {
+		t.Fatalf("commit retried: %v", err)
+	}
+	if left := stagesIn(t, base); len(left) > 0 {
+		t.Errorf("stages left in the base: %v", left)
 	}
 }

@@ -113,7 +113,7 @@ func (s *Store) makeBaseStage(c *commitRun) error {
 		return &os.PathError{Op: "mkdir", Path: filepath.Join(s.meta.Base, name), Err: err}
 	}
 	c.j.Stage = filepath.Join(s.meta.Base, name)
-	fd, err := unix.Openat(root, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := s.openStage(name, 0)
 	if err != nil {
 		// Replaced already: whatever is there now is someone else's.
 		os.Remove(recPath)
@@ -121,9 +121,6 @@ func (s *Store) makeBaseStage(c *commitRun) error {
 	}
 	var st unix.Stat_t
 	err = unix.Fstat(fd, &st)
-	if err == nil && !s.isOwnDir(&st) {
-		err = errForeignStage
-	}
 	if err == nil {
 		// A set-group-ID root passes its bit on, a default ACL its
 		// entries: neither is wanted here (nor on the copies made here).
@@ -141,9 +138,7 @@ func (s *Store) makeBaseStage(c *commitRun) error {
 	}
 	if err != nil {
 		unix.Close(fd)
-		if !errors.Is(err, errForeignStage) {
-			s.removeBaseStage(name, st.Ino) // an empty directory
-		}
+		s.removeBaseStage(name, st.Ino) // an empty directory
 		os.Remove(recPath)
 		return &os.PathError{Op: "stage", Path: c.j.Stage, Err: err}
 	}
@@ -152,12 +147,11 @@ func (s *Store) makeBaseStage(c *commitRun) error {
 }
 
 // isOwnDir reports whether st is a directory the daemon may have made as
-// a stage: its user's, on the base's device, no one else's to use (a
-// set-group-ID bit, which a stage has until makeBaseStage clears it, is
-// harmless with it).
+// a stage: its user's, on the base's device, with no permission for
+// anyone else (its own bits are 0700 once makeBaseStage has set them).
 func (s *Store) isOwnDir(st *unix.Stat_t) bool {
 	return st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Uid == uint32(os.Geteuid()) &&
-		st.Dev == s.base.dev && st.Mode&0o777 == 0o700
+		st.Dev == s.base.dev && st.Mode&0o077 == 0
 }
 
 // openBaseStage opens the stage in the base that journal j names, checked
@@ -170,23 +164,29 @@ func (s *Store) openBaseStage(j *logRecord) (int, error) {
 		// base at all): nothing vouches for what it holds.
 		return -1, errForeignStage
 	}
-	fd, err := unix.Openat(s.base.fd(), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	return s.openStage(name, j.StageIno)
+}
+
+// openStage opens the stage name in the base's root if it is a directory
+// the daemon may have made there with inode number ino (0: not known); it
+// fails with errForeignStage if another entry has its name.
+func (s *Store) openStage(name string, ino uint64) (int, error) {
+	pfd, err := unix.Openat(s.base.fd(), name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
 		return -1, errForeignStage
 	}
 	if err != nil {
 		return -1, err
 	}
+	defer unix.Close(pfd)
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
+	if err := unix.Fstat(pfd, &st); err != nil {
 		return -1, err
 	}
-	if !s.isOwnDir(&st) || st.Ino != j.StageIno {
-		unix.Close(fd)
+	if !s.isOwnDir(&st) || ino != 0 && st.Ino != ino {
 		return -1, errForeignStage
 	}
-	return fd, nil
+	return unix.Openat(pfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 }
 
 // clearStage removes what the commit left in its stage: what its steps
@@ -222,8 +222,12 @@ func (c *commitRun) clearStage() {
 // that is not that directory is someone else's and stays; it reports
 // success then, as when there is none.
 func (s *Store) removeBaseStage(name string, ino uint64) error {
-	fd, err := unix.Openat(s.base.fd(), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if isNotExist(err) || errors.Is(err, unix.ELOOP) {
+	fd, err := s.openStage(name, ino)
+	if errors.Is(err, errForeignStage) {
+		log.Printf("%s is not the stage this store made there: left alone", filepath.Join(s.meta.Base, name))
+		return nil
+	}
+	if errors.Is(err, unix.ENOENT) {
 		return nil
 	}
 	if err != nil {
@@ -233,9 +237,6 @@ func (s *Store) removeBaseStage(name string, ino uint64) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return err
-	}
-	if !s.isOwnDir(&st) || ino != 0 && st.Ino != ino {
-		return nil
 	}
 	return s.removeStageAt(fd, name, st.Ino)
 }
