@@ -195,6 +195,9 @@ func (s *Store) prepare(c *commitRun) error {
 	if err := c.copyIn(); err != nil {
 		return err
 	}
+	if err := failpoint("commit-staged"); err != nil {
+		return err
+	}
 	// The journal and the "done" after it are written into space that is
 	// already the log's, so neither can fail for want of it.
 	line, err := encodeRecord(c.j)

@@ -67,6 +67,7 @@ func TestCommitReplay(t *testing.T) {
 		committed bool
 	}{
 		{"commit-planned", false},
+		{"commit-staged", false},
 		{"commit-journaled", true},
 		{"commit-step-0", true},
 		{"commit-step-3", true},
