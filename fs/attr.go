@@ -17,7 +17,7 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		return toErrno(err)
 	}
 	defer n.view.Unlock()
-	if h, ok := fh.(*fileHandle); ok && h.f.Writable() {
+	if h, ok := handleOf(fh); ok && h.f.Writable() {
 		return n.setattrFd(ctx, h, in, out)
 	}
 	_, resize := in.GetSize() // ftruncate needs a descriptor open for writing
@@ -194,7 +194,7 @@ func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 		return 0
 	}
 	rel, errno := n.begin()
-	if h, ok := fh.(*fileHandle); ok && errno == syscall.ESTALE {
+	if h, ok := handleOf(fh); ok && errno == syscall.ESTALE {
 		return h.Getattr(ctx, out)
 	}
 	if errno != 0 {

@@ -330,6 +330,53 @@ func fsop(dir, op string, a []string) string {
 			}
 		}
 		err = unix.UtimesNano(p(0), ts)
+	case "read": // an open for reading that reads: passthrough, where the view passes the file
+		var data []byte
+		if data, err = os.ReadFile(p(0)); err == nil {
+			return fmt.Sprintf("read %d", len(data))
+		}
+	case "cat":
+		var data []byte
+		if data, err = os.ReadFile(p(0)); err == nil {
+			return fmt.Sprintf("%q", data)
+		}
+	case "setxattr":
+		err = unix.Setxattr(p(0), a[1], []byte(a[2]), 0)
+	case "getxattr":
+		buf := make([]byte, 256)
+		n, err := unix.Getxattr(p(0), a[1], buf)
+		if err != nil {
+			return err.Error()
+		}
+		return string(buf[:n])
+	case "zero": // zero FILE OFF LEN: fallocate(FALLOC_FL_ZERO_RANGE) through an open for writing
+		var fd int
+		if fd, err = unix.Open(p(0), unix.O_RDWR, 0); err == nil {
+			err = unix.Fallocate(fd, unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, int64(num(1)), int64(num(2)))
+			unix.Close(fd)
+		}
+	case "copyrange": // copyrange FROM TO OFFIN OFFOUT LEN
+		var in, out int
+		if in, err = unix.Open(p(0), unix.O_RDONLY, 0); err != nil {
+			break
+		}
+		defer unix.Close(in)
+		if out, err = unix.Open(p(1), unix.O_WRONLY, 0); err != nil {
+			break
+		}
+		defer unix.Close(out)
+		offIn, offOut := int64(num(2)), int64(num(3))
+		var n int
+		if n, err = unix.CopyFileRange(in, &offIn, out, &offOut, num(4), 0); err == nil {
+			return fmt.Sprintf("copied %d", n)
+		}
+	case "sameino": // sameino A B: whether two names show one inode number
+		var sa, sb unix.Stat_t
+		if err = unix.Lstat(p(0), &sa); err == nil {
+			if err = unix.Lstat(p(1), &sb); err == nil {
+				return fmt.Sprintf("same inode %v", sa.Ino == sb.Ino)
+			}
+		}
 	case "stat", "lstat":
 		var st unix.Stat_t
 		if op == "stat" {
@@ -347,6 +394,9 @@ func fsop(dir, op string, a []string) string {
 		return strings.Join(fields, " ")
 	default:
 		return "unknown op " + op
+	}
+	if pe, ok := err.(*os.PathError); ok {
+		err = pe.Err // the same on both sides
 	}
 	if err != nil {
 		return err.Error()

@@ -16,37 +16,30 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return nil, 0, errno
 	}
 	defer n.view.Unlock()
-	if branch.OpensForWrite(int(flags)) && n.passthroughUsed() {
-		e, err := n.view.Stat(rel)
-		if err != nil {
-			return nil, 0, toErrno(err)
-		}
-		if e.Lower() && n.identical(e) {
-			// The file is about to be copied up, and the kernel reads or
-			// has read this inode's backing file (the lower one)
-			// directly: the copy must be another inode, or the kernel
-			// would send our writes to the lower file, and could never
-			// pass reads of the copy through. ESTALE makes the kernel
-			// look the name up again and retry the open on the new inode.
-			if _, err := n.view.CopyUp(rel, flags&syscall.O_TRUNC == 0); err != nil {
-				return nil, 0, toErrno(err)
-			}
-			n.replaced()
-			return nil, 0, syscall.ESTALE
-		}
-	}
 	f, e, err := n.view.Open(rel, int(flags))
 	if err != nil {
 		return nil, 0, toErrno(err)
 	}
-	h, fuseFlags := n.newHandle(f, n.identical(e), e.Stat.Size, flags)
-	return h, fuseFlags, 0
+	same := n.same(e)
+	if !same && n.isBound() {
+		// n's name shows another file than the one the kernel may pass
+		// n's opens to (a copy, made by this open for writing or
+		// before): that file is another inode (Node.child). ESTALE
+		// makes the kernel look the name up again and retry the open
+		// on it.
+		f.Close()
+		n.replaced()
+		return nil, 0, syscall.ESTALE
+	}
+	h, fuseFlags := n.newHandle(f, same, e.Stat.Size, flags)
+	return h.forGoFuse(), fuseFlags, 0
 }
 
-// newHandle wraps f, of size bytes, opened with flags, and decides passthrough. An inode's opens must all use passthrough or none of them,
-// and passthrough is only ever offered for the file the inode stands for,
-// never for a copy made since.
-func (n *Node) newHandle(f *branch.File, identical bool, size int64, flags uint32) (*fileHandle, uint32) {
+// newHandle wraps f, of size bytes, opened with flags, and decides
+// passthrough. An inode's opens must all use passthrough or none of them,
+// and passthrough is only ever offered for the file the inode stands for
+// (same), which it is then bound to (Node.bound).
+func (n *Node) newHandle(f *branch.File, same bool, size int64, flags uint32) (*fileHandle, uint32) {
 	h := &fileHandle{node: n, f: f}
 	n.fsys.nodeOpened(n, 1)
 	n.openMu.Lock()
@@ -60,7 +53,7 @@ func (n *Node) newHandle(f *branch.File, identical bool, size int64, flags uint3
 		n.lowers = append(n.lowers, h)
 	}
 	switch {
-	case !identical:
+	case !same:
 	case n.openPass > 0:
 		h.pass = true
 	case n.openDirect > 0:
@@ -69,7 +62,7 @@ func (n *Node) newHandle(f *branch.File, identical bool, size int64, flags uint3
 	}
 	if h.pass {
 		n.openPass++
-		n.passUsed = true
+		n.bound = true
 		if f.Writable() {
 			n.fsys.addPassWriter(n.view, 1)
 		}
@@ -123,11 +116,11 @@ func (n *Node) hasOpen() bool {
 	return n.openDirect+n.openPass > 0
 }
 
-// passthroughUsed reports that a handle of n used passthrough.
-func (n *Node) passthroughUsed() bool {
+// isBound reports that a handle of n used passthrough (Node.bound).
+func (n *Node) isBound() bool {
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
-	return n.passUsed
+	return n.bound
 }
 
 // passthroughAllowed: read-only opens of files of at least
@@ -203,7 +196,34 @@ type fileHandle struct {
 	pass bool
 }
 
-func (h *fileHandle) PassthroughFd() (int, bool) { return h.f.Fd(), h.pass }
+// passHandle is a handle whose reads and writes the kernel passes to its
+// file. Only it offers go-fuse a descriptor: while an inode has a backing
+// file registered, go-fuse hands it to every open of the inode that offers
+// one, whatever file the open is of, and it keeps it registered until the
+// release of the last handle it went to has run, just after ours
+// (Release): a handle the daemon serves must not offer one.
+type passHandle struct{ *fileHandle }
+
+func (h passHandle) PassthroughFd() (int, bool) { return h.f.Fd(), true }
+
+// forGoFuse is h as go-fuse is to see it.
+func (h *fileHandle) forGoFuse() gofs.FileHandle {
+	if h.pass {
+		return passHandle{h}
+	}
+	return h
+}
+
+// handleOf is the fileHandle go-fuse passes back as fh, if any.
+func handleOf(fh gofs.FileHandle) (*fileHandle, bool) {
+	switch h := fh.(type) {
+	case *fileHandle:
+		return h, true
+	case passHandle:
+		return h.fileHandle, true
+	}
+	return nil, false
+}
 
 func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n, err := h.f.ReadAt(dest, off)
@@ -230,8 +250,8 @@ const copyChunk = 8 << 20
 // 128 KiB.
 func (n *Node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn uint64, out *gofs.Inode,
 	fhOut gofs.FileHandle, offOut uint64, size uint64, flags uint64) (uint32, syscall.Errno) {
-	in, ok1 := fhIn.(*fileHandle)
-	to, ok2 := fhOut.(*fileHandle)
+	in, ok1 := handleOf(fhIn)
+	to, ok2 := handleOf(fhOut)
 	if !ok1 || !ok2 || flags != 0 {
 		return 0, syscall.EOPNOTSUPP
 	}

@@ -1,8 +1,11 @@
 package fs_test
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -55,4 +58,174 @@ func TestHardlinkedBaseFiles(t *testing.T) {
 	m.ok("commit", b)
 	wantContent(t, filepath.Join(m.base, "same"), "base file\nmore\n")
 	wantMissing(t, filepath.Join(m.base, "file"))
+}
+
+// linkScripts run, as the conformance scripts do, in a native directory and
+// in a branch's directory, on files that start in the base: "f" (10
+// bytes), "o" and, owned by uid 65534, "mine" beside root's 0600 "secret"
+// in a directory anyone may write. Every file is read first, so that its
+// inode used passthrough (newMount passes every file through) before the
+// link copies it up. An exclusive create of an existing name fails, and
+// makes the kernel look that name up again, as a rename's target does.
+var linkScripts = map[string][]step{
+	// A name that stood for the linked file is given to another: the
+	// file keeps its other name, and one link.
+	"replaced": {
+		root("read", "f"), root("link", "f", "l"), root("stat", "f", "nlink"), root("sameino", "f", "l"),
+		root("rename", "o", "l"), root("stat", "f", "nlink"), root("stat", "l", "nlink,size"), root("cat", "f"),
+		root("copyrange", "f", "l", "0", "1", "4"), root("cat", "l"),
+		root("link", "f", "m"), root("unlink", "f"), root("stat", "m", "nlink"), root("cat", "m"),
+	},
+	// Attributes changed through one name are the file's, seen through
+	// every name.
+	"attrs": {
+		root("read", "f"), root("link", "f", "l"), root("stat", "f", "mtime,mode"), root("create", "l", "0644"),
+		root("stat", "l", "mtime"),
+		root("utimens", "l", "1000", "2000"), root("stat", "f", "atime,mtime"),
+		root("utimens", "f", "3000", "4000"), root("stat", "l", "atime,mtime"),
+		root("chmod", "l", "0600"), root("stat", "f", "mode"), root("setxattr", "f", "user.x", "1"),
+		root("getxattr", "l", "user.x"),
+	},
+	// Data changed through one name is the file's.
+	"data": {
+		root("read", "f"), root("link", "f", "l"), root("read", "l"), root("create", "l", "0644"), root("read", "f"),
+		root("read", "l"), root("zero", "l", "2", "4"), root("cat", "f"), root("cat", "l"),
+		root("truncate", "f", "3"), root("cat", "l"), root("stat", "l", "size"),
+	},
+	// Two names of one file are one file to copy_file_range(2) too: the
+	// kernel refuses overlapping ranges within one file.
+	"copyrange": {
+		root("read", "f"), root("link", "f", "l"), root("create", "l", "0644"), root("copyrange", "f", "l", "0", "2", "4"),
+		root("copyrange", "l", "f", "0", "6", "4"), root("cat", "f"),
+	},
+	// The attack: an ordinary user links its own file, moves root's
+	// private file over the link's name, and changes its own file's mode,
+	// xattrs and ACL. All of it must stay on the user's file.
+	"attack": {
+		as(65534, 65534, "read", "mine"), as(65534, 65534, "link", "mine", "l"),
+		as(65534, 65534, "rename", "secret", "l"),
+		as(65534, 65534, "chmod", "mine", "0666"), as(65534, 65534, "setxattr", "mine", "user.x", "1"),
+		as(65534, 65534, "setacl", "mine", "u::6,u:65534:6,g::4,m::6,o::4"),
+		root("stat", "l", "mode,uid,nlink"), root("getxattr", "l", "user.x"), root("getacl", "l"),
+		root("stat", "mine", "mode,uid,nlink"), root("getxattr", "mine", "user.x"), root("getacl", "mine"),
+		as(65534, 65534, "cat", "l"), as(65534, 65534, "open", "l", "w"), as(65534, 65534, "cat", "mine"),
+	},
+}
+
+// linkBase makes the files linkScripts start with in dir.
+func linkBase(t *testing.T, dir string) {
+	must(t, os.Mkdir(dir, 0o777))
+	must(t, os.Chmod(dir, 0o777))
+	writeFile(t, filepath.Join(dir, "f"), "0123456789")
+	writeFile(t, filepath.Join(dir, "o"), "other")
+	writeFile(t, filepath.Join(dir, "mine"), "the user's")
+	must(t, os.Chown(filepath.Join(dir, "mine"), userUID, userUID))
+	writeFile(t, filepath.Join(dir, "secret"), "root's secret")
+	must(t, os.Chmod(filepath.Join(dir, "secret"), 0o600))
+}
+
+// TestHardlinksOfBaseFiles runs linkScripts in a branch, whose links copy
+// base files up, and natively, and requires the same transcript; then it
+// commits and requires the base to hold what the native directory does.
+func TestHardlinksOfBaseFiles(t *testing.T) {
+	m := newMount(t, "")
+	native := t.TempDir()
+	must(t, os.Chmod(native, 0o755))
+	for name := range linkScripts {
+		linkBase(t, filepath.Join(native, name))
+		linkBase(t, filepath.Join(m.base, name))
+	}
+	b := m.create("b")
+	for name, script := range linkScripts {
+		t.Run(name, func(t *testing.T) {
+			want, got := runScript(t, filepath.Join(native, name), script), runScript(t, filepath.Join(b, name), script)
+			t.Logf("native transcript: %q", want)
+			for i := range script {
+				if want[i] != got[i] {
+					t.Errorf("step %d %v %v: native %q, branch %q", i, script[i].op, script[i].args, want[i], got[i])
+				}
+			}
+		})
+	}
+	m.ok("commit", b)
+	for name := range linkScripts {
+		if diff := compareTrees(filepath.Join(native, name), filepath.Join(m.base, name)); diff != "" {
+			t.Errorf("%s after the commit: %s", name, diff)
+		}
+	}
+	if _, err := unix.Getxattr(filepath.Join(m.base, "attack", "l"), "system.posix_acl_access", nil); err != unix.ENODATA {
+		t.Errorf("root's file after the commit: ACL %v, want none", err)
+	}
+}
+
+// TestLinkedCopyKeepsNoBacking: a name linked to a base file that a reader
+// holds open with passthrough is the branch's copy; a write through it
+// reaches the copy, never the base file the reader's inode passes reads to.
+func TestLinkedCopyKeepsNoBacking(t *testing.T) {
+	m := newMount(t, "")
+	b := m.create("b")
+	r, err := os.Open(filepath.Join(b, "file"))
+	must(t, err)
+	defer r.Close()
+	_, err = r.Read(make([]byte, 4)) // passthrough, to the base file
+	must(t, err)
+	must(t, os.Link(filepath.Join(b, "file"), filepath.Join(b, "l")))
+	w, err := os.OpenFile(filepath.Join(b, "l"), os.O_RDWR, 0)
+	must(t, err)
+	_, err = w.WriteAt([]byte("BRANCH"), 0)
+	must(t, err)
+	must(t, w.Close())
+	wantContent(t, filepath.Join(m.base, "file"), "base file\n")
+	wantContent(t, filepath.Join(b, "l"), "BRANCHile\n")
+	wantContent(t, filepath.Join(b, "file"), "BRANCHile\n")
+	must(t, r.Close())
+	m.ok("commit", b)
+	wantContent(t, filepath.Join(m.base, "file"), "BRANCHile\n")
+	wantContent(t, filepath.Join(m.base, "l"), "BRANCHile\n")
+}
+
+// TestLinkOverRootsFile replays the attack with the mount's default options
+// (passthrough for files of 1 MiB and more) as an ordinary user, with the
+// shell's tools: root's private file, moved over the name of a link to the
+// user's own file, keeps its mode and stays unreadable to the user, before
+// and after the commit.
+func TestLinkOverRootsFile(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.Chmod(dir, 0o755))
+	must(t, os.Chmod(filepath.Dir(dir), 0o755))
+	m := &mount{t: t, base: filepath.Join(dir, "base"), store: filepath.Join(dir, "store"), mnt: filepath.Join(dir, "mnt"),
+		args: []string{"--passthrough-min-size", strconv.Itoa(1 << 20)}}
+	must(t, os.MkdirAll(m.mnt, 0o755))
+	sampleTree(t, m.base)
+	shared := filepath.Join(m.base, "shared")
+	must(t, os.Mkdir(shared, 0o777))
+	must(t, os.Chmod(shared, 0o777))
+	writeFile(t, filepath.Join(shared, "secret"), "root's secret\n")
+	must(t, os.Chmod(filepath.Join(shared, "secret"), 0o600))
+	big := filepath.Join(shared, "big")
+	must(t, os.WriteFile(big, bytes.Repeat([]byte("u"), 2<<20), 0o644))
+	must(t, os.Chown(big, userUID, userUID))
+	m.start()
+	t.Cleanup(m.cleanup)
+	b := m.create("b")
+	out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "sh", "-c",
+		`cd "$0" && cat big >/dev/null && ln big L && mv secret L && chmod 666 big && ! cat L 2>/dev/null`,
+		filepath.Join(b, "shared")).CombinedOutput()
+	if err != nil {
+		t.Errorf("attack as uid %d: %v: %s", userUID, err, out)
+	}
+	check := func(where string) {
+		t.Helper()
+		for name, want := range map[string]uint32{"L": 0o600, "big": 0o666} {
+			var st unix.Stat_t
+			must(t, unix.Stat(filepath.Join(where, name), &st))
+			if st.Mode&0o7777 != want {
+				t.Errorf("%s/%s: mode %o, want %o", where, name, st.Mode&0o7777, want)
+			}
+		}
+		wantContent(t, filepath.Join(where, "L"), "root's secret\n")
+	}
+	check(filepath.Join(b, "shared"))
+	m.ok("commit", b)
+	check(shared)
 }

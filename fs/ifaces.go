@@ -36,7 +36,7 @@ var (
 	_ = (gofs.FileAllocater)((*fileHandle)(nil))
 	_ = (gofs.FileLseeker)((*fileHandle)(nil))
 	_ = (gofs.FileReleaser)((*fileHandle)(nil))
-	_ = (gofs.FilePassthroughFder)((*fileHandle)(nil))
+	_ = (gofs.FilePassthroughFder)(passHandle{})
 
 	_ = (gofs.FileReaddirenter)((*dirHandle)(nil))
 	_ = (gofs.FileSeekdirer)((*dirHandle)(nil))

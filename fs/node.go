@@ -24,11 +24,21 @@ type Node struct {
 	openMu     sync.Mutex
 	openDirect int
 	openPass   int
-	// passUsed: a handle of this inode used passthrough, so the kernel
-	// (or go-fuse, until its release completes) may still tie the inode
-	// to the file it then stood for; a copy of that file must be another
-	// inode.
-	passUsed bool
+	// file is the file n stands for (View.Identity); under openMu. It
+	// starts as n's identity and moves to the file's copy when n keeps
+	// its name through a copy-up (Node.adopt): every name of n shows that
+	// file. Path operations find it through any of n's names.
+	file fileID
+	// linked: n's file may have several names. n then stands for that
+	// file only, whatever one of its names shows later; under openMu.
+	linked bool
+	// bound: a handle of this inode used passthrough, so the kernel (or
+	// go-fuse, until its release completes) may still tie the inode to
+	// the file it then stood for as its backing file, and pass any open
+	// of the inode to it: n stands for that file for good, and a copy of
+	// it, or another file its names come to show, is another inode.
+	// Under openMu.
+	bound bool
 	// tops: the open handles whose descriptor is this inode's file in the
 	// view's top layer (every handle for writing, and those for reading
 	// a file already there), the ones for writing first. Setattr, getattr
@@ -81,21 +91,57 @@ func (n *Node) begin() (string, syscall.Errno) {
 	return rel, 0
 }
 
-// newChild makes the inode for entry e of n's view.
-func (n *Node) newChild(ctx context.Context, e *branch.Entry, out *fuse.EntryOut) *gofs.Inode {
-	ino, gen := n.view.Identity(e)
-	child := &Node{fsys: n.fsys, view: n.view}
+// fileID is a file's identity in a view (View.Identity).
+type fileID struct{ ino, gen uint64 }
+
+func identity(v *branch.View, e *branch.Entry) fileID {
+	ino, gen := v.Identity(e)
+	return fileID{ino, gen}
+}
+
+// newChild makes the inode for entry e of n's view, shown by name.
+func (n *Node) newChild(ctx context.Context, name string, e *branch.Entry, out *fuse.EntryOut) *gofs.Inode {
+	id := identity(n.view, e)
+	child := &Node{fsys: n.fsys, view: n.view, file: id, linked: linked(e)}
 	fillAttr(&out.Attr, &e.Stat)
-	in := n.NewInode(ctx, child, gofs.StableAttr{Mode: e.Stat.Mode & syscall.S_IFMT, Ino: ino, Gen: gen})
+	in := n.NewInode(ctx, child, gofs.StableAttr{Mode: e.Stat.Mode & syscall.S_IFMT, Ino: id.ino, Gen: id.gen})
 	if in.Operations() == child {
 		n.fsys.nodeMade(child)
+	}
+	// go-fuse puts the new inode under name without unlinking the one it
+	// had there: that one would keep name as a parent, and its path
+	// operations (Node.rel) would reach the file name shows now.
+	if old := n.GetChild(name); old != nil && old != in {
+		n.RmChild(name)
 	}
 	return in
 }
 
-// identical reports whether e is the file this node stands for.
-func (n *Node) identical(e *branch.Entry) bool {
-	ino, gen := n.view.Identity(e)
-	sa := n.StableAttr()
-	return sa.Ino == ino && sa.Gen == gen
+// linked reports a file with several names: a lower layer's show one name
+// each (branch.Entry's partLinks).
+func linked(e *branch.Entry) bool { return e.Stat.Nlink > 1 && !e.IsDir() }
+
+// same reports whether e is the file n stands for.
+func (n *Node) same(e *branch.Entry) bool {
+	id := identity(n.view, e)
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	return n.file == id
+}
+
+// adopt reports whether n stands for e's file, which one of n's names
+// shows, making it so where it may: a directory keeps its inode whatever
+// its top copy (working directories stay), and a file its inode through
+// its copy-up (inode numbers stay), unless n is bound to the file it had
+// or stands for a file that another name still shows.
+func (n *Node) adopt(e *branch.Entry) bool {
+	id := identity(n.view, e)
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	if n.file != id && !n.IsDir() && (n.bound || n.linked) {
+		return false
+	}
+	n.file = id
+	n.linked = n.linked || linked(e)
+	return true
 }

@@ -33,7 +33,7 @@ func (n *Node) makeChild(ctx context.Context, name string, out *fuse.EntryOut, m
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	return n.newChild(ctx, e, out), 0
+	return n.newChild(ctx, name, e, out), 0
 }
 
 func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -75,12 +75,18 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	// Both names are the source's inode, as the kernel expects of a link,
-	// even when linking copied the source up: its operations follow the
-	// path to the copy, so both names agree on inode number and link count
-	// at once.
+	// Both names are one inode, as the kernel expects of a link: the
+	// source's, which stands for the linked file also when linking copied
+	// it up, unless the source is bound to the file it copied
+	// (Node.adopt). Then the copy is another inode, which the source's
+	// name must show too: the kernel looks it up again.
 	fillAttr(&out.Attr, &e.Stat)
-	return &src.Inode, 0
+	if src.adopt(e) {
+		return &src.Inode, 0
+	}
+	in := n.newChild(ctx, name, e, out)
+	src.replaced()
+	return in, 0
 }
 
 func (n *Node) Unlink(ctx context.Context, name string) syscall.Errno {
@@ -137,8 +143,8 @@ func (n *Node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
 	}
-	in := n.newChild(ctx, e, out)
+	in := n.newChild(ctx, name, e, out)
 	child := in.Operations().(*Node)
 	h, fuseFlags := child.newHandle(f, true, 0, flags)
-	return in, h, fuseFlags, 0
+	return in, h.forGoFuse(), fuseFlags, 0
 }

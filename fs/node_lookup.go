@@ -48,20 +48,18 @@ func (n *Node) lookupEntry(ctx context.Context, name string, out *fuse.EntryOut)
 	return n.child(ctx, name, e, out), 0
 }
 
-// child returns the inode for name, which resolved to e. A name keeps the
-// inode the kernel has for it when the file behind it was copied up, so
-// that inode numbers, hard links and working directories stay as they were.
-// The one exception is an inode that was opened with passthrough: the
-// kernel reads (or read) its backing file, the lower one, directly, so the
-// copy must be another inode.
+// child returns the inode for name, which resolved to e: the one the
+// kernel has for the name if that inode stands for e's file (Node.adopt),
+// else another, so that one file is one inode to the kernel and one inode
+// one file.
 func (n *Node) child(ctx context.Context, name string, e *branch.Entry, out *fuse.EntryOut) *gofs.Inode {
 	if c := n.GetChild(name); c != nil && c.StableAttr().Mode == e.Stat.Mode&syscall.S_IFMT {
-		if cn, ok := c.Operations().(*Node); ok && (cn.identical(e) || !cn.passthroughUsed()) {
+		if cn, ok := c.Operations().(*Node); ok && cn.adopt(e) {
 			fillAttr(&out.Attr, &e.Stat)
 			return c
 		}
 	}
-	return n.newChild(ctx, e, out)
+	return n.newChild(ctx, name, e, out)
 }
 
 // lookupBranch finds the root of branch view name.
