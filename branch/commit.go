@@ -114,7 +114,7 @@ func (s *Store) Commit(name string) (*CommitResult, error) {
 	case Committed, Aborted:
 		return nil, &BranchError{"commit", name, ErrGone}
 	}
-	if b.liveChildren.Load() > 0 {
+	if b.liveChildren.Load() > 0 || b.held.Load() != nil {
 		return nil, &BranchError{"commit", name, ErrBusy}
 	}
 	p := b.parent

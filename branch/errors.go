@@ -14,7 +14,10 @@ var (
 	ErrFrozen = errors.New("view has live child branches and is read-only")
 	// ErrBusy: the one message for EBUSY, which the daemon also answers
 	// while files of the branch are open for writing through passthrough.
-	ErrBusy        = errors.New("branch is busy: it has live child branches, or files open for writing through passthrough")
+	ErrBusy = errors.New("branch is busy: it has live child branches, a kernel-path run holds it, or files open for writing through passthrough")
+	// ErrHeld: the view of a branch a kernel-path run holds is read-only
+	// until the run ends (hold.go).
+	ErrHeld        = errors.New("a kernel-path run writes this branch; its view is read-only until the run ends")
 	ErrExists      = errors.New("branch already exists")
 	ErrNotFound    = errors.New("no such branch")
 	ErrInvalidName = errors.New("invalid branch name")
@@ -41,6 +44,7 @@ var errnos = []struct {
 	{ErrGone, syscall.ESTALE}, // the branch behind a handle or cached name is gone
 	{ErrNotFound, syscall.ENOENT},
 	{ErrFrozen, syscall.EROFS},
+	{ErrHeld, syscall.EROFS},
 	{ErrBusy, syscall.EBUSY},
 	{ErrExists, syscall.EEXIST},
 	{ErrTooMany, syscall.ENOSPC},

@@ -95,6 +95,9 @@ type branch struct {
 	state        atomic.Int32
 	liveChildren atomic.Int32
 	view         *View
+	// held is the work directory of the kernel-path run that holds the
+	// branch (hold.go), nil when none does; changed under Store.mu.
+	held atomic.Pointer[string]
 }
 
 func (b *branch) Name() string  { return b.meta.Name }
@@ -235,7 +238,7 @@ func Open(dir, base string, o Options) (*Store, error) {
 func emptyDir(dir string) int {
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		os.RemoveAll(filepath.Join(dir, e.Name()))
+		removeTree(filepath.Join(dir, e.Name()))
 	}
 	return len(ents)
 }
@@ -645,6 +648,9 @@ func (s *Store) Create(name, parent string) (*View, error) {
 	case Committed, Aborted:
 		return nil, &BranchError{"create child of", parent, ErrGone}
 	}
+	if p.held.Load() != nil {
+		return nil, &BranchError{"create child of", parent, ErrBusy}
+	}
 	b := &branch{meta: branchMeta{
 		Name: name, Parent: p.meta.Name, ParentEpoch: p.epoch(), Created: time.Now().UTC(),
 	}}
@@ -910,6 +916,8 @@ type Info struct {
 	DeltaBytes int64     `json:"delta_bytes"`
 	DeltaFiles int64     `json:"delta_files"`
 	Created    time.Time `json:"created,omitzero"` // none for main
+	// Held: a kernel-path run holds the branch (hold.go).
+	Held bool `json:"held,omitempty"`
 	// Finished is when a committed or aborted branch ended (history only).
 	Finished time.Time `json:"finished,omitzero"`
 }
@@ -927,7 +935,8 @@ func (s *Store) List(all bool) []Info {
 	sort.Strings(names)
 	for _, n := range names {
 		b := s.branches[n]
-		in := Info{Name: n, Parent: b.meta.Parent, State: b.State().String(), Epoch: b.epoch(), Created: b.meta.Created}
+		in := Info{Name: n, Parent: b.meta.Parent, State: b.State().String(), Epoch: b.epoch(), Created: b.meta.Created,
+			Held: b.held.Load() != nil}
 		if b.view != nil {
 			in.DeltaBytes, in.DeltaFiles = duTree(s.deltaDir(n))
 		}

@@ -52,7 +52,8 @@ func (v *View) Check() error {
 }
 
 // CheckWritable also refuses writes to a view that has live children: they
-// see it as their lower layer, which must not move under them; and to both
+// see it as their lower layer, which must not move under them; to a view a
+// kernel-path run holds, whose delta the kernel writes (hold.go); and to both
 // sides of a commit that could neither finish nor roll back. It changes
 // nothing: a write through a handle already open on the top layer needs no
 // more than this check.
@@ -62,6 +63,9 @@ func (v *View) CheckWritable() error {
 	}
 	if v.br.liveChildren.Load() > 0 {
 		return ErrFrozen
+	}
+	if v.br.held.Load() != nil {
+		return ErrHeld
 	}
 	if c := v.store.unfinished.Load(); c != nil && (c.j.Name == v.br.meta.Name || c.j.Parent == v.br.meta.Name) {
 		return ErrUnfinished

@@ -27,6 +27,11 @@ const (
 	CmdAbort  = "abort"  // abort[:recursive]: the view's branch
 	CmdList   = "list"   // list[:all]: a Status; all adds finished branches
 	CmdDiff   = "diff"   // the view's branch.Diff
+	// CmdHold holds the view's branch for the caller's kernel-path run
+	// and answers its branch.Layers (hold.go); CmdRelease ends a hold
+	// whose process has exited, else fails with EBUSY.
+	CmdHold    = "hold"
+	CmdRelease = "release"
 )
 
 // Args of the verbs that take a fixed one.
@@ -186,6 +191,10 @@ func (f *FS) command(ctx context.Context, v *branch.View, cmd string) ([]byte, e
 	case verb == CmdList && (arg == "" || arg == ArgAll):
 		st := Status{View: v.Name(), Base: f.store.Base(), Store: f.store.Dir(), Branches: f.store.List(arg == ArgAll)}
 		return json.MarshalIndent(&st, "", "  ")
+	case verb == CmdHold && arg == "":
+		return f.hold(ctx, v)
+	case verb == CmdRelease && arg == "":
+		return nil, f.releaseCmd(v)
 	case verb == CmdDiff && arg == "":
 		d, err := f.store.Diff(v.Name())
 		if err != nil {
@@ -197,6 +206,7 @@ func (f *FS) command(ctx context.Context, v *branch.View, cmd string) ([]byte, e
 }
 
 func (f *FS) create(v *branch.View, name string) (string, error) {
+	f.settleHold(v.Name())
 	if f.passWriting(v) {
 		// Those writes would reach the view's files under the new branch.
 		return "", fmt.Errorf("files are open for writing with passthrough in %s: %w", v.Name(), syscall.EBUSY)
@@ -228,10 +238,13 @@ func (f *FS) commit(v *branch.View) error {
 		// Those writes would go on reaching the committed files.
 		return fmt.Errorf("files are open for writing with passthrough in %s: %w", v.Name(), syscall.EBUSY)
 	}
+	f.settleHold(v.Name())
 	res, err := f.store.Commit(v.Name())
 	if err != nil {
 		return err
 	}
+	// A stale branch's kernel-path run cannot be told ESTALE: it ends.
+	f.killHolders(append(res.Stale, res.Dropped...))
 	f.loop.ServeWhile(func() { f.afterCommit(v.Name(), res) })
 	f.branchesChanged()
 	return nil
@@ -242,6 +255,7 @@ func (f *FS) abort(v *branch.View, recursive bool) error {
 	if err != nil {
 		return err
 	}
+	f.killHolders(dropped)
 	f.loop.ServeWhile(func() { f.viewsEnded(dropped) })
 	f.branchesChanged()
 	return nil

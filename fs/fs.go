@@ -94,6 +94,9 @@ type FS struct {
 
 	passMu      sync.Mutex
 	passWriters map[string]int // by view name: handles that write through passthrough
+
+	holdMu sync.Mutex
+	holds  map[string]*holder // by branch name: kernel-path runs (hold.go)
 }
 
 // Mount serves store at mnt until it is unmounted.

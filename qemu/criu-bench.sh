@@ -15,7 +15,7 @@ drop_clones() { branchfs list $MNT | grep -o "$1-clone-[^ ]*" | while read -r b;
 # Fresh start: from `branchfs run` to the subject's ready file.
 branchfs create bfresh $MNT >/dev/null
 t0=$(now)
-branchfs run --branch bfresh $MNT -- sh -c "exec $PROG $MNT 16 </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
+branchfs run --data-path fuse --branch bfresh $MNT -- sh -c "exec $PROG $MNT 16 </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
 rp=$!
 while [ ! -e $MNT/@bfresh/ready ]; do sleep 0.01; done
 fresh=$(ms_between $t0 $(now))
@@ -88,7 +88,7 @@ first_output() { # NAME [--lazy]: ms from the restore's start to the clone's fir
 for mib in 64 256 1024; do
 	n=bfirst$mib
 	branchfs create $n $MNT >/dev/null
-	branchfs run --branch $n $MNT -- sh -c "exec $PROG $MNT $mib hot </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
+	branchfs run --data-path fuse --branch $n $MNT -- sh -c "exec $PROG $MNT $mib hot </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
 	rp=$!
 	while [ ! -e $MNT/@$n/ready ] && kill -0 $rp 2>/dev/null; do sleep 0.05; done
 	if ! [ -e $MNT/@$n/ready ] || ! branchfs checkpoint $n $MNT --run-id $n >/dev/null; then
@@ -118,7 +118,7 @@ done
 # (the criu wrapper of criu-test.sh hides them: the anon-pagemap tier).
 dump_tiers() { # NAME: prints "TIER: full P pages T ms, incremental P pages T ms"
 	branchfs create $1 $MNT >/dev/null
-	branchfs run --branch $1 $MNT -- sh -c "exec $PROG $MNT 256 </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
+	branchfs run --data-path fuse --branch $1 $MNT -- sh -c "exec $PROG $MNT 256 </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
 	rp=$!
 	while [ ! -e $MNT/@$1/ready ]; do sleep 0.05; done
 	t0=$(now)

@@ -48,7 +48,7 @@ start() {
 	branchfs create "$1" $MNT >/dev/null || return 1
 	# Its stdio is opened inside the run's mount namespace, where CRIU
 	# finds the mounts of every file it has open.
-	branchfs run --branch "$1" $MNT -- sh -c "exec $PROG $MNT $2 </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
+	branchfs run --data-path fuse --branch "$1" $MNT -- sh -c "exec $PROG $MNT $2 </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
 	RUNPID=$!
 	wait_for $MNT/@"$1"/ready
 }

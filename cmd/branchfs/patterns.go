@@ -33,6 +33,8 @@ type patternFlags struct {
 	timeout time.Duration
 	asJSON  bool
 	binds   []string
+	// dataPath is each candidate's, as run --data-path.
+	dataPath string
 }
 
 func (f *patternFlags) add(c *cobra.Command, withN bool) {
@@ -44,6 +46,7 @@ func (f *patternFlags) add(c *cobra.Command, withN bool) {
 	c.Flags().DurationVar(&f.timeout, "timeout", 0, "end the pattern after this long (per level for tree and beam)")
 	c.Flags().BoolVar(&f.asJSON, "json", false, "print the outcome as JSON on stdout (candidates' stdout goes to stderr)")
 	c.Flags().StringArrayVar(&f.binds, "bind", nil, "also show each candidate's branch at this path (repeatable)")
+	c.Flags().StringVar(&f.dataPath, "data-path", string(explore.DataPathAuto), "as run --data-path: kernel, fuse or auto")
 	c.Args = cobra.ArbitraryArgs
 }
 
@@ -67,10 +70,15 @@ func (f *patternFlags) mount(name string, cmd *cobra.Command, args []string, wan
 	if f.timeout < 0 {
 		return nil, nil, fmt.Errorf("%s: --timeout must not be negative", name)
 	}
+	dp, err := explore.ParseDataPath(f.dataPath)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: --%w", name, err)
+	}
 	m, err := openMount(args[0])
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
+	m.SetDataPath(dp)
 	return m, rest, nil
 }
 

@@ -47,7 +47,7 @@ func interruptible() (context.Context, func() int) {
 }
 
 func runCmd() *cobra.Command {
-	var branchName, parent, onSuccess, onFailure string
+	var branchName, parent, onSuccess, onFailure, dataPath string
 	var timeout time.Duration
 	var asJSON bool
 	var binds []string
@@ -59,7 +59,9 @@ func runCmd() *cobra.Command {
 the branch, with its working directory moved into the branch when it was inside MNT. Every process it
 starts ends with it. When CMD exits 0 the branch is committed (--on-success keep leaves it); otherwise
 a branch the run made is aborted (--on-failure keep leaves it; a --branch is kept unless told).
-Its output and exit status are CMD's.`,
+Its output and exit status are CMD's. --data-path kernel mounts the kernel's overlayfs over the branch's
+layers in the run (native speed; the branch's view MNT/@NAME is read-only until the run ends); fuse binds
+the view; auto (the default) takes the kernel path where it can and says once on stderr when not.`,
 		Example: `  branchfs run /mnt/p -- make test
   branchfs run --on-success keep --timeout 10m /mnt/p -- ./agent.sh
   branchfs run --branch try1 --bind "$HOME/project" /mnt/p -- make`,
@@ -82,6 +84,10 @@ Its output and exit status are CMD's.`,
 				if err := explore.ValidAction(spec.OnFailure, false); err != nil {
 					return fmt.Errorf("run: --%w", err)
 				}
+			}
+			var err error
+			if spec.DataPath, err = explore.ParseDataPath(dataPath); err != nil {
+				return fmt.Errorf("run: --%w", err)
 			}
 			if timeout < 0 {
 				return fmt.Errorf("run: --timeout must not be negative")
@@ -128,5 +134,6 @@ Its output and exit status are CMD's.`,
 	c.Flags().DurationVar(&timeout, "timeout", 0, "end the run after this long (e.g. 30s)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON record of the run on stdout (CMD's stdout goes to stderr)")
 	c.Flags().StringArrayVar(&binds, "bind", nil, "also show the branch at this path (repeatable)")
+	c.Flags().StringVar(&dataPath, "data-path", string(explore.DataPathAuto), "kernel (overlayfs in the run), fuse (the branch's view) or auto")
 	return c
 }

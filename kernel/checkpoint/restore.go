@@ -87,7 +87,10 @@ func startClone(ctx context.Context, m *explore.Mount, parent string, c *Clone, 
 	}
 	spec := explore.Spec{Args: []string{exe}, Branch: c.Branch, Dir: "/", Index: i,
 		Env:    []string{envClone + "=" + string(raw), "PATH=" + os.Getenv("PATH")},
-		Stdout: w, Stderr: w, LastPID: maxPID + 64}
+		Stdout: w, Stderr: w, LastPID: maxPID + 64,
+		// As the checkpointed run was: CRIU dumps a run on the FUSE path,
+		// whose branch can be frozen under it (see Checkpoint).
+		DataPath: explore.DataPathFUSE}
 	p, err := m.Start(ctx, spec)
 	w.Close()
 	if err != nil {

@@ -33,21 +33,26 @@ func init() {
 
 // initConfig is what the runner tells the helper.
 type initConfig struct {
-	View    string   `json:"view"`    // the branch's view, MNT/@NAME
-	Targets []string `json:"targets"` // where to bind it: MNT and --bind paths
-	Dir     string   `json:"dir"`     // working directory, after the binds
-	Args    []string `json:"args"`
-	Env     []string `json:"env"`
-	Score   bool     `json:"score"` // fd 4 goes to the command as fd 3
-	UserNS  bool     `json:"userns"`
-	LastPID int      `json:"last_pid,omitempty"` // Spec.LastPID
+	View     string   `json:"view"`      // the branch's view, MNT/@NAME
+	Targets  []string `json:"targets"`   // where to show the branch: the base, MNT and --bind paths
+	DataPath DataPath `json:"data_path"` // Spec.DataPath
+	Dir      string   `json:"dir"`       // working directory, after the binds
+	Args     []string `json:"args"`
+	Env      []string `json:"env"`
+	Score    bool     `json:"score"` // fd 4 goes to the command as fd 3
+	UserNS   bool     `json:"userns"`
+	LastPID  int      `json:"last_pid,omitempty"` // Spec.LastPID
 }
 
-// initStatus is the helper's report, one JSON object on statusFd.
+// initStatus is the helper's report on statusFd: one JSON object with the
+// data path once the branch is mounted, then one with how the command
+// ended (or why it could not start).
 type initStatus struct {
-	Exit   int    `json:"exit"`
-	Signal int    `json:"signal,omitempty"`
-	Error  string `json:"error,omitempty"`
+	DataPath DataPath `json:"data_path,omitempty"`
+	Fallback string   `json:"fallback,omitempty"` // why auto took the FUSE path
+	Exit     int      `json:"exit"`
+	Signal   int      `json:"signal,omitempty"`
+	Error    string   `json:"error,omitempty"`
 }
 
 // The helper's descriptors. The configuration comes in a file rather
@@ -77,19 +82,11 @@ func runInit() {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		fail("making the mount namespace private: %v", err)
 	}
-	// Once MNT is covered, MNT/@NAME no longer resolves: hold the view
-	// open and bind it by descriptor.
-	vfd, err := unix.Open(cfg.View, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	taken, fallback, err := mountView(&cfg)
 	if err != nil {
-		fail("opening the view %s: %v", cfg.View, err)
+		fail("%v", err)
 	}
-	src := fmt.Sprintf("/proc/self/fd/%d", vfd)
-	for _, t := range cfg.Targets {
-		if err := unix.Mount(src, t, "", unix.MS_BIND, ""); err != nil {
-			fail("binding the view over %s: %v", t, err)
-		}
-	}
-	unix.Close(vfd)
+	json.NewEncoder(status).Encode(initStatus{DataPath: taken, Fallback: fallback})
 	// A /proc of the new PID namespace, so that ps and /proc/PID show the
 	// run's own processes. Best effort: a container may forbid it.
 	unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
@@ -121,6 +118,12 @@ func runInit() {
 	runtime.LockOSThread()
 	if cfg.UserNS {
 		unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var caps [2]unix.CapUserData
+		if unix.Capget(&hdr, &caps[0]) == nil {
+			caps[0].Inheritable, caps[1].Inheritable = 0, 0
+			unix.Capset(&hdr, &caps[0])
+		}
 	}
 	// The helper handles these so that it, as PID 1, does not die of
 	// them, and passes on those that someone sent it on purpose; the

@@ -22,6 +22,8 @@ type Mount struct {
 	dir   string // absolute path of the mount point
 	base  string // the directory it shows, as the daemon was given it
 	store string // the daemon's store directory
+	// dataPath is the runs' default (SetDataPath); "": auto.
+	dataPath DataPath
 }
 
 // Open checks that dir is the mount point of a branchfs mount (its main

@@ -71,6 +71,10 @@ type Spec struct {
 	Index int  // BRANCHFS_INDEX
 	Score bool // give the command fd 3 to write a score to
 
+	// DataPath is how the command reaches the branch's files; "": the
+	// Mount's (SetDataPath), by default auto.
+	DataPath DataPath
+
 	// LastPID, when above zero, is written to the run's ns_last_pid
 	// before the command starts, so that the command's PID is above it:
 	// a restored process tree (kernel/checkpoint) needs its own PIDs free.
@@ -91,9 +95,14 @@ type Result struct {
 	DeltaFiles  int64    `json:"delta_files"`
 	DeltaBytes  int64    `json:"delta_bytes"`
 	Containment string   `json:"containment"`
-	NoCgroup    string   `json:"no_cgroup,omitempty"` // why a PID namespace alone holds the processes
-	Score       *float64 `json:"score,omitempty"`
-	Error       string   `json:"error,omitempty"` // the command could not start, or the branch could not be ended as asked
+	DataPath    DataPath `json:"data_path,omitempty"` // kernel or fuse
+	Fallback    string   `json:"fallback,omitempty"`  // why auto took the FUSE path
+	// Stale: a sibling's commit made the branch stale during a kernel-path
+	// run, and the run's processes were killed for it.
+	Stale    bool     `json:"stale,omitempty"`
+	NoCgroup string   `json:"no_cgroup,omitempty"` // why a PID namespace alone holds the processes
+	Score    *float64 `json:"score,omitempty"`
+	Error    string   `json:"error,omitempty"` // the command could not start, or the branch could not be ended as asked
 
 	sig syscall.Signal
 }
@@ -103,9 +112,12 @@ func (r *Result) Success() bool { return r.ExitCode == 0 && !r.TimedOut && r.Err
 
 // Status is a shell's exit status for the run: the command's, 128+N when
 // signal N ended it, 124 on a timeout (as timeout(1)), 127 when it could
-// not start.
+// not start, 3 when it was killed because its branch went stale (as a
+// commit of a stale branch exits).
 func (r *Result) Status() int {
 	switch {
+	case r.Stale:
+		return 3
 	case r.TimedOut:
 		return 124
 	case r.sig != 0:
@@ -265,7 +277,7 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 		targets = []string{p.m.base, p.m.dir}
 	}
 	cfg := initConfig{
-		View: p.m.View(p.name), Targets: append(targets, binds...),
+		View: p.m.View(p.name), Targets: append(targets, binds...), DataPath: p.dataPath(),
 		Dir: p.rebase(dir), Args: p.spec.Args, Env: env, Score: p.spec.Score, LastPID: p.spec.LastPID,
 	}
 	attr := &syscall.SysProcAttr{
@@ -283,7 +295,7 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 		attr.Cloneflags |= syscall.CLONE_NEWUSER
 		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
 		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
-		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
+		attr.AmbientCaps = helperCaps
 	}
 	if p.cg != nil {
 		attr.UseCgroupFD = true
@@ -411,8 +423,15 @@ func (p *Proc) wait(ctx context.Context) {
 	}()
 	p.cmd.Wait()
 	close(exited)
-	var st initStatus
-	if err := json.NewDecoder(p.status).Decode(&st); err != nil {
+	// The mount's report, then the exit's.
+	var mounted, st initStatus
+	dec := json.NewDecoder(p.status)
+	err := dec.Decode(&st)
+	if err == nil && st.DataPath != "" {
+		mounted, st = st, initStatus{}
+		err = dec.Decode(&st)
+	}
+	if err != nil {
 		st = initStatus{Exit: -1, Signal: int(syscall.SIGKILL)}
 	}
 	p.status.Close()
@@ -420,7 +439,8 @@ func (p *Proc) wait(ctx context.Context) {
 	// holds anything that left it (setns), so end that too.
 	p.kill()
 	res := &Result{Branch: p.name, Index: p.spec.Index, ExitCode: st.Exit, Error: st.Error,
-		Duration: time.Since(p.start).Seconds(), Containment: ContainPIDNS, NoCgroup: p.noCgroup}
+		Duration: time.Since(p.start).Seconds(), Containment: ContainPIDNS, NoCgroup: p.noCgroup,
+		DataPath: mounted.DataPath, Fallback: mounted.Fallback}
 	if p.cg != nil {
 		res.Containment = ContainCgroup
 		p.cg.fd.Close()
@@ -431,6 +451,14 @@ func (p *Proc) wait(ctx context.Context) {
 	if st.Signal != 0 {
 		res.sig = syscall.Signal(st.Signal)
 		res.Signal = res.sig.String()
+	}
+	if res.DataPath == DataPathKernel {
+		p.endKernelPath(res)
+	}
+	if res.Fallback != "" {
+		fallbackOnce.Do(func() {
+			fmt.Fprintf(os.Stderr, "branchfs: run: the kernel's overlayfs cannot serve runs here (%s); using the FUSE path\n", res.Fallback)
+		})
 	}
 	p.mu.Lock()
 	res.TimedOut = p.timedOut
@@ -560,9 +588,14 @@ func (p *Proc) Finish(onSuccess, onFailure Action) (*Result, error) {
 			return r, nil
 		}
 	}
+	if daemonGone(err) {
+		return r, p.keepForRemount(err)
+	}
 	switch onFailure {
 	case Abort:
-		if aerr := p.Abort(); aerr != nil && err == nil {
+		if aerr := p.Abort(); daemonGone(aerr) {
+			return r, p.keepForRemount(aerr)
+		} else if aerr != nil && err == nil {
 			err = aerr
 		}
 	default:
