@@ -270,7 +270,7 @@ func TestMarkersUnprivilegedOnTmpfs(t *testing.T) {
 		t.Skip("mounting tmpfs and changing user need root")
 	}
 	dir := t.TempDir()
-	if err := unix.Mount("none", dir, "tmpfs", 0, "mode=0777"); err != nil {
+	if err := unix.Mount("none", dir, "tmpfs", 0, "mode=1777"); err != nil { // sticky, as /tmp
 		t.Skip("no tmpfs:", err)
 	}
 	defer unix.Unmount(dir, unix.MNT_DETACH)

@@ -43,6 +43,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/branchfs/branchfs/internal/safedir"
 	"github.com/google/renameio/v2"
 	"golang.org/x/sys/unix"
 )
@@ -180,9 +181,12 @@ func Open(dir, base string, o Options) (*Store, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("base %s is not a directory", base)
 	}
-	for _, d := range []string{dir, filepath.Join(dir, "deltas"), filepath.Join(dir, "tmp"), filepath.Join(dir, "trash"), filepath.Join(dir, "stage"), filepath.Join(dir, "base-stages")} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, err
+	if dir, err = MakeStoreDir(dir); err != nil {
+		return nil, err
+	}
+	for _, sub := range []string{"deltas", "tmp", "trash", "stage", "base-stages"} {
+		if _, err := safedir.Make(filepath.Join(dir, sub)); err != nil {
+			return nil, fmt.Errorf("store %s: %w", dir, err)
 		}
 	}
 	s := &Store{dir: dir, opts: o, branches: map[string]*branch{}, devs: map[uint64]uint64{}}
@@ -232,6 +236,24 @@ func Open(dir, base string, o Options) (*Store, error) {
 	s.emptyTrashLater()
 	ok = true
 	return s, nil
+}
+
+// MakeStoreDir makes the store directory dir, mode 0700, if it is missing,
+// and returns it with its symbolic links resolved. It fails if someone
+// other than root and this user could change it, or any directory above
+// it (safedir): they could swap in a delta of their own, whose tombstones
+// and files a commit would apply to the base. The error names the
+// directory and says why.
+func MakeStoreDir(dir string) (string, error) {
+	real, err := safedir.Make(dir)
+	var e *safedir.Error
+	if errors.As(err, &e) && (e.Path == dir || e.Path == real) {
+		return "", fmt.Errorf("store %w", err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("store %s: %w", dir, err)
+	}
+	return real, nil
 }
 
 // emptyDir removes what dir holds and says how many entries it found.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/branchfs/branchfs/branch"
 	"github.com/branchfs/branchfs/fs"
+	"github.com/branchfs/branchfs/internal/safedir"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
@@ -119,8 +120,9 @@ func lookupGroup(g string) (uint32, error) {
 
 // defaultStore gives every mount point a store of its own: under
 // /var/lib/branchfs (root) or $XDG_STATE_HOME/branchfs when that is on the
-// base's mount, else in a hidden directory beside the base when that is,
-// else under the former all the same. A store on the base's mount commits
+// base's mount, else in a hidden directory beside the base when that is
+// and only root and this user can change it, else under the former all
+// the same. A store on the base's mount commits
 // with renames alone; one elsewhere (the base a mount root of its own, as a
 // bind mount is, or the state directory on a tmpfs) copies what a commit
 // moves into the base first (see branch.StageName).
@@ -150,10 +152,19 @@ func defaultStore(mnt, base string) (string, error) {
 	if sameMount(dir, base) {
 		return filepath.Join(dir, name), nil
 	}
-	if beside := filepath.Dir(base); sameMount(beside, base) && unix.Access(beside, unix.W_OK) == nil {
+	if beside := filepath.Dir(base); sameMount(beside, base) && unix.Access(beside, unix.W_OK) == nil && safeDir(beside) {
 		return filepath.Join(beside, ".branchfs-"+filepath.Base(base)+"-"+name), nil
 	}
 	return filepath.Join(dir, name), nil
+}
+
+// safeDir reports whether only root and this user can change dir and the
+// directories above it: a store may be made there (branch.MakeStoreDir).
+// The parent of a base in a shared place (/tmp, a group's workspace) is
+// not such a directory.
+func safeDir(dir string) bool {
+	_, err := safedir.Check(dir)
+	return err == nil
 }
 
 // sameMount reports whether dir (or its nearest existing parent) is on the
@@ -176,8 +187,9 @@ func sameMount(dir, base string) bool {
 // startDaemon runs "mount --foreground" detached and returns once it
 // reports that the mount answers, or with the error it reports.
 func startDaemon(mnt, store string) error {
-	if err := os.MkdirAll(store, 0o700); err != nil {
-		return err
+	store, err := branch.MakeStoreDir(store)
+	if err != nil {
+		return fmt.Errorf("mount: %w", err)
 	}
 	logf, err := os.OpenFile(filepath.Join(store, "daemon.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {

@@ -1,0 +1,162 @@
+// Package safedir checks, and makes, directories that nobody but root and
+// the effective user can change: where branchfs keeps what it later
+// trusts (a store, the records of runs). A directory is such when it and
+// every directory above it is owned by root or the user and is writable
+// by neither its group nor others; a sticky directory (as /tmp) may be
+// writable by others on the way, since only the owner of an entry there
+// can move it, and the entry on the way is root's or the user's. This is
+// the rule of ssh's StrictModes.
+//
+// The path's symbolic links are resolved first, and the resolved path is
+// then walked one directory at a time from /, each opened without
+// following a link and checked through its descriptor: a link that
+// appears meanwhile is refused, not followed. Callers use the resolved
+// path, which nobody else can change once it is checked.
+package safedir
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Error says which directory is not safe and why.
+type Error struct {
+	Path string
+	Why  string
+}
+
+func (e *Error) Error() string { return e.Path + " " + e.Why }
+
+// Check checks that nobody but root and the effective user can change the
+// directory path or any directory above it (see the package comment), and
+// returns path with its symbolic links resolved.
+func Check(path string) (string, error) {
+	return walk(path, false)
+}
+
+// Make is Check for a directory that is made, with mode 0700, if it is
+// missing, and so are missing directories above it.
+func Make(path string) (string, error) {
+	return walk(path, true)
+}
+
+// MakePrivate is Make for a directory that must be the user's alone: its
+// owner is the user and its mode 0700 (a looser mode is tightened).
+func MakePrivate(path string) (string, error) {
+	real, err := walk(path, true)
+	if err != nil {
+		return real, err
+	}
+	fd, err := unix.Open(real, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return real, &os.PathError{Op: "open", Path: real, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return real, &os.PathError{Op: "stat", Path: real, Err: err}
+	}
+	if st.Uid != uint32(os.Geteuid()) {
+		return real, &Error{real, fmt.Sprintf("is owned by uid %d, not by you", st.Uid)}
+	}
+	if st.Mode&0o7077 != 0 {
+		if err := unix.Fchmod(fd, 0o700); err != nil {
+			return real, &os.PathError{Op: "chmod", Path: real, Err: err}
+		}
+	}
+	return real, nil
+}
+
+// resolve returns the absolute, clean path with the symbolic links of its
+// longest existing prefix resolved.
+func resolve(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	for d := abs; ; d = filepath.Dir(d) {
+		r, err := filepath.EvalSymlinks(d)
+		if err == nil {
+			return filepath.Join(r, rest), nil
+		}
+		if !errors.Is(err, os.ErrNotExist) || d == "/" {
+			return "", err
+		}
+		rest = filepath.Join(filepath.Base(d), rest)
+	}
+}
+
+func walk(path string, create bool) (string, error) {
+	real, err := resolve(path)
+	if err != nil {
+		return "", err
+	}
+	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return real, &os.PathError{Op: "open", Path: "/", Err: err}
+	}
+	defer func() { unix.Close(fd) }()
+	var names []string
+	if real != "/" {
+		names = strings.Split(real[1:], "/")
+	}
+	cur := "/"
+	for i := 0; ; i++ {
+		if err := checkDir(fd, cur, i == len(names)); err != nil {
+			return real, err
+		}
+		if i == len(names) {
+			return real, nil
+		}
+		name := names[i]
+		cur = filepath.Join(cur, name)
+		next, err := openDir(fd, name)
+		if errors.Is(err, unix.ENOENT) && create {
+			// Made here, under a directory that is safe: nobody
+			// else can have made it meanwhile, or replace it.
+			if err = unix.Mkdirat(fd, name, 0o700); err == nil || errors.Is(err, unix.EEXIST) {
+				next, err = openDir(fd, name)
+			}
+		}
+		switch {
+		case errors.Is(err, unix.ELOOP):
+			return real, &Error{cur, "is a symbolic link"}
+		case errors.Is(err, unix.ENOTDIR):
+			return real, &Error{cur, "is not a directory"}
+		case err != nil:
+			return real, &os.PathError{Op: "open", Path: cur, Err: err}
+		}
+		unix.Close(fd)
+		fd = next
+	}
+}
+
+func openDir(dirfd int, name string) (int, error) {
+	return unix.Openat(dirfd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+}
+
+// checkDir checks the directory open at fd, named path; last says it is
+// the one asked about, not a directory on the way to it.
+func checkDir(fd int, path string, last bool) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Uid != 0 && st.Uid != uint32(os.Geteuid()) {
+		return &Error{path, fmt.Sprintf("is owned by uid %d, not by root or you", st.Uid)}
+	}
+	if st.Mode&0o022 == 0 || !last && st.Mode&unix.S_ISVTX != 0 {
+		return nil
+	}
+	who := "others"
+	if st.Mode&0o002 == 0 {
+		who = "its group"
+	}
+	return &Error{path, fmt.Sprintf("is writable by %s (mode %04o)", who, st.Mode&0o7777)}
+}
