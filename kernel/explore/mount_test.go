@@ -156,7 +156,7 @@ func (tm *testMount) noneLeft(t testing.TB, tok string, keep ...string) {
 			}
 		}
 	}
-	ents, _ := os.ReadDir(recordsDir())
+	ents, _ := os.ReadDir(recordsPath())
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), fmt.Sprintf("%d-", os.Getpid())) {
 			t.Errorf("record left: %s", e.Name())

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/internal/safedir"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,7 +27,12 @@ import (
 // process each owner starts, which waits for the owner to die, and Reap,
 // which every branchfs command calls. The records live in
 // /run/branchfs/runs for root, else $XDG_RUNTIME_DIR/branchfs/runs, else
-// $TMPDIR/branchfs-UID/runs.
+// $TMPDIR/branchfs-UID/runs. A record tells the reaper which branch to
+// abort and which cgroup to kill, so nobody else may plant one: the
+// directory is the user's own, mode 0700, and only root and the user can
+// change a directory above it (safedir; a name someone else made on the
+// way, in /tmp say, is refused, not used); a record the user does not own
+// is ignored, and one naming a cgroup that is not a run's is dropped.
 
 // record is what a run leaves for the reaper.
 type record struct {
@@ -37,7 +45,7 @@ type record struct {
 	Cgroup     string `json:"cgroup,omitempty"`
 }
 
-func recordsDir() string {
+func recordsPath() string {
 	if os.Geteuid() == 0 {
 		return "/run/branchfs/runs"
 	}
@@ -47,11 +55,21 @@ func recordsDir() string {
 	return filepath.Join(os.TempDir(), "branchfs-"+strconv.Itoa(os.Geteuid()), "runs")
 }
 
+// recordsDir makes the records' directory if it is missing and returns
+// it, checked (see above), with its links resolved.
+func recordsDir() (string, error) {
+	dir, err := safedir.MakePrivate(recordsPath())
+	if err != nil {
+		return "", fmt.Errorf("run records: %w", err)
+	}
+	return dir, nil
+}
+
 // writeRecord writes r atomically and returns its path.
 func writeRecord(r *record) (string, error) {
-	dir := recordsDir()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("run records: %w", err)
+	dir, err := recordsDir()
+	if err != nil {
+		return "", err
 	}
 	data, err := json.Marshal(r)
 	if err != nil {
@@ -59,14 +77,67 @@ func writeRecord(r *record) (string, error) {
 	}
 	path := filepath.Join(dir, fmt.Sprintf("%d-%d-%s.json", r.Owner, r.OwnerStart, randomHex()))
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return "", fmt.Errorf("run records: %w", err)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err == nil {
+		_, err = f.Write(data)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
 		os.Remove(tmp)
 		return "", fmt.Errorf("run records: %w", err)
 	}
 	return path, nil
+}
+
+// readRecord reads the record at path. It returns nil for a file that is
+// not a regular file of this user's, which the reaper ignores, and
+// errBadRecord for one of the user's that is not a valid record.
+func readRecord(path string) (*record, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) {
+		return nil, nil
+	}
+	data, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return nil, err
+	}
+	var r record
+	if json.Unmarshal(data, &r) != nil || !r.valid() {
+		return nil, errBadRecord
+	}
+	return &r, nil
+}
+
+var errBadRecord = errors.New("not a run record")
+
+// valid checks what the reaper acts on: a mount point's absolute path,
+// a branch name, and a cgroup of runs (cgroupsDir/NAME in the cgroup v2
+// hierarchy), where a run of this program made its own.
+func (r *record) valid() bool {
+	if !filepath.IsAbs(r.Mount) || filepath.Clean(r.Mount) != r.Mount || branch.ValidateName(r.Branch) != nil {
+		return false
+	}
+	if r.Cgroup == "" {
+		return true
+	}
+	mnt, err := cgroup2Mount()
+	if err != nil || filepath.Clean(r.Cgroup) != r.Cgroup || !strings.HasPrefix(r.Cgroup, mnt+"/") {
+		return false
+	}
+	return filepath.Base(filepath.Dir(r.Cgroup)) == cgroupsDir && filepath.Base(r.Cgroup) == r.Branch
 }
 
 func randomHex() string {
@@ -114,11 +185,15 @@ func newRecord(mount, branch string, created bool) *record {
 // goes on past it. Every branchfs command calls it; it costs one directory
 // read when there is nothing to do.
 func Reap() error {
-	ents, err := os.ReadDir(recordsDir())
+	if _, err := os.Lstat(recordsPath()); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	dir, err := recordsDir()
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
+		return err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
 		return err
 	}
 	var first error
@@ -126,15 +201,14 @@ func Reap() error {
 		if !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
-		path := filepath.Join(recordsDir(), e.Name())
-		data, err := os.ReadFile(path)
-		if err != nil {
-			continue // reaped meanwhile
-		}
-		var r record
-		if err := json.Unmarshal(data, &r); err != nil {
+		path := filepath.Join(dir, e.Name())
+		r, err := readRecord(path)
+		if errors.Is(err, errBadRecord) {
 			os.Remove(path)
 			continue
+		}
+		if r == nil {
+			continue // reaped meanwhile, or not the user's
 		}
 		if r.OwnerPIDNS != selfPIDNS() || procStart(r.Owner) == r.OwnerStart {
 			continue // its owner runs, or is not ours to judge

@@ -200,7 +200,7 @@ func TestInterruptedRunLeavesNothing(t *testing.T) {
 			if len(withToken(tok)) > 0 {
 				return false
 			}
-			ents, _ := os.ReadDir(recordsDir())
+			ents, _ := os.ReadDir(recordsPath())
 			for _, e := range ents {
 				if strings.HasPrefix(e.Name(), strconv.Itoa(pid)+"-") {
 					return false
