@@ -119,7 +119,7 @@ func (v *View) ensureDir(rel string) error {
 		err = nil // a concurrent copy-up won
 	}
 	restore()
-	v.invalidate()
+	v.copiedUp()
 	return err
 }
 

@@ -27,11 +27,13 @@ type View struct {
 
 	cacheMu  sync.Mutex
 	cacheGen uint64
-	dirs     map[string][]int // directory -> indices of the layers it merges
+	dirs     map[string][]int  // directory -> indices of the layers it merges
+	links    map[string]uint64 // merged directory -> subdirectories it lists (countLinks)
 }
 
 func (s *Store) newView(b *branch, layers []*layer) *View {
-	return &View{store: s, br: b, layers: layers, id: s.nextView.Add(1) - 1, dirs: map[string][]int{}}
+	return &View{store: s, br: b, layers: layers, id: s.nextView.Add(1) - 1, dirs: map[string][]int{},
+		links: map[string]uint64{}}
 }
 
 // Name is the branch the view shows.
@@ -147,11 +149,25 @@ func (v *View) LockRoot() error {
 	return nil
 }
 
-// invalidate forgets cached directory layering after the namespace changed.
+// invalidate forgets cached directory layering and link counts after the
+// namespace changed.
 func (v *View) invalidate() {
+	v.forgetLayering(true)
+}
+
+// copiedUp forgets cached directory layering after a directory's copy-up,
+// which changes what it merges but not what it lists.
+func (v *View) copiedUp() {
+	v.forgetLayering(false)
+}
+
+func (v *View) forgetLayering(links bool) {
 	v.cacheMu.Lock()
 	v.cacheGen++
 	clear(v.dirs)
+	if links {
+		clear(v.links)
+	}
 	v.cacheMu.Unlock()
 	v.layers[0].dirs.forget()
 }
@@ -214,10 +230,67 @@ func (v *View) Identity(e *Entry) (ino, gen uint64) {
 func (v *View) Lookup(rel string) (*Entry, error) { return v.resolve(rel, true) }
 
 // Stat resolves rel like Lookup but stops at the layer that supplies the
-// entry. A directory's attributes are its top copy's; finding the copies
-// below costs a lookup and an xattr read per layer, and getattr and the
-// kernel's lookups do not need them (the Entry has no merged layers).
-func (v *View) Stat(rel string) (*Entry, error) { return v.resolve(rel, false) }
+// entry (the Entry has no merged layers). A directory's attributes are its
+// top copy's, but for its link count (countLinks).
+func (v *View) Stat(rel string) (*Entry, error) {
+	e, err := v.resolve(rel, false)
+	if err == nil && e.IsDir() {
+		err = v.countLinks(rel, e)
+	}
+	return e, err
+}
+
+// countLinks sets the link count of directory entry e at rel to the one
+// the kernel gives the directory the view shows: 2 and one for each
+// subdirectory it lists. A directory that merges layers lists more than
+// its top copy holds; the count is kept until the namespace changes.
+func (v *View) countLinks(rel string, e *Entry) error {
+	dirs, err := v.dirLayers(rel)
+	if err != nil || len(dirs) < 2 {
+		return err
+	}
+	v.cacheMu.Lock()
+	n, ok := v.links[rel]
+	gen := v.cacheGen
+	v.cacheMu.Unlock()
+	if !ok {
+		if n, err = v.subdirs(rel, dirs); err != nil {
+			return err
+		}
+		v.cacheMu.Lock()
+		if v.cacheGen == gen {
+			v.links[rel] = n
+		}
+		v.cacheMu.Unlock()
+	}
+	e.Stat.Nlink = 2 + n
+	return nil
+}
+
+// subdirs counts the subdirectories that directory rel, which merges
+// layers dirs, lists.
+func (v *View) subdirs(rel string, dirs []int) (uint64, error) {
+	ents, err := v.listLayers(rel, dirs, nil)
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, d := range ents {
+		if d.Type == unix.DT_UNKNOWN {
+			st, err := v.layers[d.Layer].lstat(JoinRel(rel, d.Name))
+			if err != nil {
+				return 0, err
+			}
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				d.Type = unix.DT_DIR
+			}
+		}
+		if d.Type == unix.DT_DIR {
+			n++
+		}
+	}
+	return n, nil
+}
 
 func (v *View) resolve(rel string, merge bool) (*Entry, error) {
 	if rel == "" {
@@ -472,24 +545,49 @@ func (v *View) readDir(rel string, skip func(name string) bool) ([]DirEntry, err
 	if !e.IsDir() {
 		return nil, unix.ENOTDIR
 	}
+	out, err := v.listLayers(rel, e.dirs, skip)
+	if err != nil {
+		return nil, err
+	}
+	merged := len(e.dirs) > 1
+	for i := range out {
+		d := &out[i]
+		if d.Stat == nil {
+			continue
+		}
+		e := Entry{Layer: d.Layer, Stat: *d.Stat}
+		switch {
+		case e.IsDir() && merged:
+			// Only a directory that merges layers may hold one
+			// that does.
+			if err := v.countLinks(JoinRel(rel, d.Name), &e); err != nil {
+				return nil, err
+			}
+		case d.Stat.Nlink > 1: // partLinks decides
+			e.partLinks(JoinRel(rel, d.Name))
+		}
+		*d.Stat, d.apart = e.Stat, e.apart
+	}
+	return out, nil
+}
+
+// listLayers lists directory rel as layers dirs show it: their union
+// without tombstoned names and without duplicates, top layer first, with
+// the attributes of every entry that skip does not name (none without
+// skip).
+func (v *View) listLayers(rel string, dirs []int, skip func(name string) bool) ([]DirEntry, error) {
 	var seen map[string]bool
-	if len(e.dirs) > 1 {
+	if len(dirs) > 1 {
 		seen = map[string]bool{}
 	}
 	var out []DirEntry
-	for _, i := range e.dirs {
+	var err error
+	for _, i := range dirs {
 		if !v.layers[i].present() {
 			continue
 		}
 		if out, err = v.layers[i].readDirMerge(rel, i, seen, out, skip, v.layers[i].delta); err != nil {
 			return nil, err
-		}
-	}
-	for i := range out {
-		if d := &out[i]; d.Stat != nil && d.Stat.Nlink > 1 { // partLinks decides
-			e := Entry{Layer: d.Layer, Stat: *d.Stat}
-			e.partLinks(JoinRel(rel, d.Name))
-			*d.Stat, d.apart = e.Stat, e.apart
 		}
 	}
 	return out, nil

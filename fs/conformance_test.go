@@ -370,6 +370,24 @@ func fsop(dir, op string, a []string) string {
 		if n, err = unix.CopyFileRange(in, &offIn, out, &offOut, num(4), 0); err == nil {
 			return fmt.Sprintf("copied %d", n)
 		}
+	case "nlinks": // nlinks DIR: the link count of every directory listed in DIR
+		var ents []os.DirEntry
+		if ents, err = os.ReadDir(p(0)); err != nil {
+			break
+		}
+		var out []string
+		for _, d := range ents {
+			var st unix.Stat_t
+			if err = unix.Lstat(filepath.Join(p(0), d.Name()), &st); err != nil {
+				break
+			}
+			if d.IsDir() {
+				out = append(out, fmt.Sprintf("%s:%d", d.Name(), st.Nlink))
+			}
+		}
+		if err == nil {
+			return strings.Join(out, " ")
+		}
 	case "sameino": // sameino A B: whether two names show one inode number
 		var sa, sb unix.Stat_t
 		if err = unix.Lstat(p(0), &sa); err == nil {

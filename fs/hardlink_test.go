@@ -229,3 +229,61 @@ func TestLinkOverRootsFile(t *testing.T) {
 	m.ok("commit", b)
 	check(shared)
 }
+
+// TestDirectoryLinkCounts: a directory of a branch counts the
+// subdirectories it shows, wherever they are kept (st_nlink is 2 and one for
+// each), after its copy-up, mkdir, rmdir and renames, in a nested branch too,
+// by stat and in a listing's attributes.
+func TestDirectoryLinkCounts(t *testing.T) {
+	m := newMount(t, "")
+	native := t.TempDir()
+	tree := func(dir string) {
+		for _, d := range []string{"d/s1/x", "d/s2", "d/s3", "e"} {
+			must(t, os.MkdirAll(filepath.Join(dir, "n", d), 0o755))
+		}
+		writeFile(t, filepath.Join(dir, "n", "d", "f"), "f\\n")
+	}
+	tree(native)
+	tree(m.base)
+	script := []step{
+		root("stat", "d", "nlink"), root("create", "d/new", "0644"), root("stat", "d", "nlink"), root("nlinks", "."),
+		root("mkdir", "d/s4", "0755"), root("stat", "d", "nlink"), root("rmdir", "d/s2"), root("stat", "d", "nlink"),
+		root("rename", "d/s1", "e/s1"), root("stat", "d", "nlink"), root("stat", "e", "nlink"), root("nlinks", "."),
+		root("rename", "e", "d/e"), root("stat", "d", "nlink"), root("nlinks", "d"), root("stat", ".", "nlink"),
+		root("mkdir", "d/s2", "0755"), root("stat", "d", "nlink"), root("rmdir", "d/s3"), root("nlinks", "."),
+	}
+	// The inner branch starts from what the outer one shows, and does it
+	// all again: its directories merge three layers.
+	var prev []string
+	for _, view := range []string{"outer", "inner"} {
+		b := m.create(view, prev...)
+		nd := filepath.Join(native, view)
+		if prev == nil {
+			must(t, os.Rename(filepath.Join(native, "n"), nd))
+		} else if out, err := exec.Command("cp", "-a", filepath.Join(native, "outer"), nd).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v: %s", err, out)
+		}
+		want, got := runScript(t, nd, script), runScript(t, filepath.Join(b, "n"), script)
+		for i := range script {
+			if want[i] != got[i] {
+				t.Errorf("%s: step %d %v %v: native %q, branch %q", view, i, script[i].op, script[i].args, want[i], got[i])
+			}
+		}
+		prev = []string{view}
+	}
+	// The view's root counts what it shows too.
+	b := m.view("inner")
+	ents, err := os.ReadDir(b)
+	must(t, err)
+	dirs := 0
+	for _, d := range ents {
+		if d.IsDir() {
+			dirs++
+		}
+	}
+	var st unix.Stat_t
+	must(t, unix.Stat(b, &st))
+	if int(st.Nlink) != 2+dirs {
+		t.Errorf("root of the inner branch: nlink %d, want %d", st.Nlink, 2+dirs)
+	}
+}

@@ -72,7 +72,7 @@ func (n *Node) lookupBranch(ctx context.Context, name string, out *fuse.EntryOut
 		return nil, syscall.ENOENT
 	}
 	// A stale branch stays reachable: it can still be aborted.
-	e, err := v.Lookup("")
+	e, err := v.Stat("")
 	if err != nil {
 		return nil, toErrno(err)
 	}
