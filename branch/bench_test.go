@@ -1,6 +1,9 @@
 package branch
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -37,6 +40,45 @@ func BenchmarkCommit1MB(b *testing.B) {
 		b.StartTimer()
 		if _, err := s.Commit(v.Name()); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkStatMergedDir measures Stat of a directory that merges the base
+// and a branch's layer, holding n subdirectories: from the view's cache,
+// and counting its links again (countLinks), as the first Stat after a
+// mkdir, rmdir, rename or commit in the view does.
+func BenchmarkStatMergedDir(b *testing.B) {
+	for _, n := range []int{20, 2000} {
+		for _, count := range []bool{false, true} {
+			b.Run(fmt.Sprintf("subdirs=%d/count=%v", n, count), func(b *testing.B) {
+				s, base := newStore(b)
+				for i := 0; i < n; i++ {
+					if err := os.MkdirAll(filepath.Join(base, "D", strconv.Itoa(i)), 0o755); err != nil {
+						b.Fatal(err)
+					}
+				}
+				v, err := s.Create("b", MainName)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := v.Lock(); err != nil {
+					b.Fatal(err)
+				}
+				defer v.Unlock()
+				if _, err := v.Mkdir("D/new", 0o755, Owner{}); err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if count {
+						v.invalidate()
+					}
+					if _, err := v.Stat("D"); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	}
 }
