@@ -1,13 +1,14 @@
 #!/bin/bash
 # Adds the checkpoint tests to the guest's root (qemu/run.sh calls this
 # with the root directory): Debian's criu and the shared libraries it
-# needs (found with ldd), the test subject and the test script. Without
-# criu on the host it adds nothing, and the tests report that.
+# needs (found with ldd), the test subject and the test script. criu is
+# installed by qemu/deps.sh, which make qemu-test runs first; without it
+# the run stops here rather than report every checkpoint test missing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$1
 criu=$(command -v criu || true)
-[ -n "$criu" ] || { echo "criu.sh: no criu on the host (apt-get install criu)" >&2; exit 0; }
+[ -n "$criu" ] || { echo "criu.sh: no criu on the host: run qemu/deps.sh (make qemu-test does)" >&2; exit 1; }
 mkdir -p "$root/bin" "$root/tests"
 cp "$criu" "$root/bin/criu"
 ldd "$criu" | awk '/=>/ { print $3 } /^\t\/lib/ { print $1 }' | while read -r lib; do
