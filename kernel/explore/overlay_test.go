@@ -199,7 +199,8 @@ func TestKernelPathFallback(t *testing.T) {
 
 // An ordinary user's kernel-path run: overlayfs in the run's user
 // namespace. The run commits; a stale sibling's run exits 3 and leaves no
-// process.
+// process; with the daemon killed under it, a run goes on, and what it
+// wrote is committed after a new mount.
 func TestKernelPathUnprivileged(t *testing.T) {
 	if _, err := exec.LookPath("fusermount3"); err != nil {
 		t.Skip("no fusermount3")
@@ -223,6 +224,19 @@ $B run mnt -- sh -c 'echo y > mnt/f'
 status=0; wait $loser || status=$?
 echo "loser $status"
 cat base/f; ls base/d
+$B create kb mnt >/dev/null
+$B run --data-path kernel --branch kb mnt -- sh -c 'echo 1 > mnt/k1; touch started; until [ -e proceed ]; do sleep 0.01; done; echo 2 > mnt/k2' > kout 2>&1 & r=$!
+until [ -e started ]; do sleep 0.01; done
+pid=$(cat .local/state/branchfs/*/daemon.pid)
+kill -9 $pid
+while kill -0 $pid 2>/dev/null; do sleep 0.01; done
+touch proceed
+status=0; wait $r || status=$?
+grep -q "stays in the store" kout
+fusermount3 -u -z mnt
+$B mount --base base mnt
+$B commit mnt/@kb
+cat base/k1 base/k2
 $B unmount mnt`
 	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script)
 	cmd.Dir = dir
@@ -236,7 +250,7 @@ $B unmount mnt`
 	if !res.Committed || res.DataPath != DataPathKernel {
 		t.Errorf("record %+v; output %s", res, out)
 	}
-	if !strings.HasSuffix(string(out), "loser 3\ny\nn\n") {
+	if !strings.HasSuffix(string(out), "loser 3\ny\nn\n1\n2\n") {
 		t.Errorf("output %s", out)
 	}
 	if p := withToken(tok); len(p) > 0 {
