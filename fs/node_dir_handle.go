@@ -56,7 +56,7 @@ func (h *dirHandle) list() syscall.Errno {
 	if n == n.fsys.root && n.fsys.opts.ListBranches {
 		// Without attributes: READDIRPLUS leaves them to a lookup.
 		ino := n.StableAttr().Ino
-		for _, name := range n.fsys.store.LiveNames() {
+		for _, name := range n.fsys.store.LiveNamesLocked() {
 			h.ents = append(h.ents, branch.DirEntry{Name: BranchPrefix + name, Type: syscall.DT_DIR, Ino: ino})
 		}
 	}
@@ -80,7 +80,18 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	return &fuse.DirEntry{Name: d.Name, Mode: uint32(d.Type) << 12, Ino: d.Ino, Off: uint64(h.pos)}, 0
 }
 
+// Seekdir moves to offset off, a position in the listing. A handle may be
+// new to the reader that asks for it: the kernel reads directories it
+// opened itself with handle 0, and transport gives such a read at an
+// offset a new handle when another reader's listing ended; that handle
+// makes its listing first, or it would start over and that reader would
+// never see the end.
 func (h *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	if h.ents == nil && off > 0 {
+		if errno := h.list(); errno != 0 {
+			return errno
+		}
+	}
 	h.pos = int(min(off, uint64(len(h.ents))))
 	return 0
 }

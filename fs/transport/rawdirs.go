@@ -19,6 +19,10 @@ import (
 type rawDirs struct {
 	fuse.RawFileSystem
 
+	// mu is held for the whole of a handle-0 read, around the node file
+	// system's: two readers (Loop.ServeWhile) listing one directory at
+	// once would share its handle, and one would release it under the
+	// other. Reads come one at a time from the loop's one reader anyway.
 	mu   sync.Mutex
 	open map[uint64]uint64 // directory node -> handle serving handle-0 reads
 }
@@ -48,6 +52,8 @@ func (r *rawDirs) read(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEnt
 	if in.Fh != 0 {
 		return read(cancel, in, out)
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	fh, st := r.handle(cancel, in)
 	if !st.Ok() {
 		return st
@@ -62,26 +68,20 @@ func (r *rawDirs) read(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEnt
 }
 
 // handle returns the handle for reads of directory in.NodeId, a new one
-// for a read from the start.
+// for a read from the start. Preconditions: r.mu held.
 func (r *rawDirs) handle(cancel <-chan struct{}, in *fuse.ReadIn) (uint64, fuse.Status) {
-	r.mu.Lock()
 	fh, ok := r.open[in.NodeId]
-	if ok && in.Offset == 0 {
-		delete(r.open, in.NodeId)
-	}
-	r.mu.Unlock()
 	if ok && in.Offset != 0 {
 		return fh, fuse.OK // the bridge seeks if another reader moved it
 	}
 	if ok {
-		r.RawFileSystem.ReleaseDir(&fuse.ReleaseIn{InHeader: in.InHeader, Fh: fh})
+		r.release(in.NodeId, fh)
 	}
 	var oo fuse.OpenOut
 	st := r.RawFileSystem.OpenDir(cancel, &fuse.OpenIn{InHeader: in.InHeader, Flags: syscall.O_RDONLY}, &oo)
 	if !st.Ok() {
 		return 0, st
 	}
-	r.mu.Lock()
 	if len(r.open) >= maxOpenDirs {
 		for node, h := range r.open {
 			r.RawFileSystem.ReleaseDir(&fuse.ReleaseIn{InHeader: fuse.InHeader{NodeId: node}, Fh: h})
@@ -89,15 +89,11 @@ func (r *rawDirs) handle(cancel <-chan struct{}, in *fuse.ReadIn) (uint64, fuse.
 		clear(r.open)
 	}
 	r.open[in.NodeId] = oo.Fh
-	r.mu.Unlock()
 	return oo.Fh, fuse.OK
 }
 
+// release drops handle fh of directory node. Preconditions: r.mu held.
 func (r *rawDirs) release(node, fh uint64) {
-	r.mu.Lock()
-	if r.open[node] == fh {
-		delete(r.open, node)
-	}
-	r.mu.Unlock()
+	delete(r.open, node)
 	r.RawFileSystem.ReleaseDir(&fuse.ReleaseIn{InHeader: fuse.InHeader{NodeId: node}, Fh: fh})
 }
