@@ -970,10 +970,11 @@ func (s *Store) List(all bool) []Info {
 	return out
 }
 
-// LiveNames lists the live branches, by name.
-func (s *Store) LiveNames() []string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+// LiveNamesLocked lists the live branches, by name, for a view operation,
+// which holds the store's lock already: taken again, a read lock would
+// wait behind a writer that waits for the first.
+// Preconditions: s.mu held (View.Lock).
+func (s *Store) LiveNamesLocked() []string {
 	var out []string
 	for _, n := range s.sortedNames() {
 		if s.branches[n].State() == Live {

@@ -393,12 +393,7 @@ func TestNotifyWhileRootLookupsWait(t *testing.T) {
 	case err := <-done:
 		must(t, err)
 	case <-time.After(time.Minute):
-		// Free the waiting processes before failing.
-		conns := "/sys/fs/fuse/connections"
-		if err := unix.Mount("fusectl", conns, "fusectl", 0, ""); err == nil {
-			defer unix.Unmount(conns, 0)
-		}
-		os.WriteFile(fmt.Sprintf("%s/%d/abort", conns, unix.Minor(st.Dev)), []byte("1"), 0o200)
+		abortConnection(st.Dev) // free the waiting processes before failing
 		t.Error("notifications and lookups in the mount root wait for each other")
 	}
 	close(stop)
