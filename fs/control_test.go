@@ -506,3 +506,22 @@ func TestListCountsAndMessages(t *testing.T) {
 		t.Errorf("create of a taken name: %q, want %q", errOut, want)
 	}
 }
+
+// TestRunNotAllowed: a user who may not control the mount's branches is
+// told so by the commands that run processes in branches, not that the
+// mount is none.
+func TestRunNotAllowed(t *testing.T) {
+	m := newMount(t, "")
+	m.create("victim")
+	for _, args := range [][]string{
+		{"run", m.mnt, "--", "true"},
+		{"speculate", m.mnt, "-c", "true"},
+		{"checkpoint", "victim", m.mnt, "--run-id", "victim"},
+		{"restore", "victim", m.mnt},
+	} {
+		code, out := cliAs(t, "", args...)
+		if want := m.mnt + ": permission denied"; code != 1 || !strings.Contains(out, want) || strings.Count(out, "\n") != 1 {
+			t.Errorf("branchfs %s as nobody: exit %d: %q, want one line with %q", args[0], code, out, want)
+		}
+	}
+}

@@ -35,6 +35,11 @@ func Open(dir string) (*Mount, error) {
 	}
 	m := &Mount{dir: filepath.Clean(abs)}
 	data, err := m.command(branch.MainName, "list")
+	if errors.Is(err, os.ErrPermission) {
+		// The control file's mode, or the daemon, let only those who
+		// may control branches in.
+		return nil, &notAllowedError{dir}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s is not the mount point of a branchfs mount: %w", dir, err)
 	}
@@ -53,6 +58,14 @@ func Open(dir string) (*Mount, error) {
 	m.base, m.store = st.Base, st.Store
 	return m, nil
 }
+
+// notAllowedError: the caller is not one who may control the mount's
+// branches (the user who mounted, root, the mount's control group). It is
+// EPERM, as the daemon answers such a caller.
+type notAllowedError struct{ dir string }
+
+func (e *notAllowedError) Error() string { return e.dir + ": permission denied" }
+func (e *notAllowedError) Unwrap() error { return syscall.EPERM }
 
 // Dir is the mount point.
 func (m *Mount) Dir() string { return m.dir }
