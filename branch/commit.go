@@ -7,6 +7,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -347,7 +348,7 @@ func (s *Store) completeLocked(c *commitRun) *CommitResult {
 	res.Dropped = s.finish(c)
 	// A committed branch is only a name now.
 	s.remove(b)
-	s.remember(b)
+	s.remember(finishedInfo(&b.meta, Committed, time.Now().UTC()))
 	if p.view != nil {
 		p.view.invalidate()
 	}
@@ -785,7 +786,7 @@ func (s *Store) finish(c *commitRun) []string {
 func (s *Store) recordDone(j *logRecord) error {
 	err := failpoint("commit-epoch")
 	if err == nil {
-		_, err = s.log.append(&logRecord{Op: logDone, Name: j.Name}, false)
+		_, err = s.log.append(&logRecord{Op: logDone, Name: j.Name, Finished: time.Now().UTC()}, false)
 	}
 	if err == nil {
 		s.owedDone.Store(nil)

@@ -33,6 +33,10 @@ const (
 	// logUndone: the commit was rolled back, when records came after its
 	// journal, which therefore could not be erased.
 	logUndone logOp = "undone"
+	// logFinished is a snapshot's record of one of the latest finished
+	// branches, which list --all shows (Store.history); an abort's and a
+	// done's Finished add the others.
+	logFinished logOp = "finished"
 )
 
 type logRecord struct {
@@ -60,6 +64,9 @@ type logRecord struct {
 	// moves into the base a copy made in the stage (stage.go), not the
 	// delta's own entry.
 	Copied bool `json:"copied,omitempty"`
+	// Finished is when the branch of an abort, a done or a finished record
+	// ended.
+	Finished time.Time `json:"finished,omitzero"`
 }
 
 func encodeRecord(r *logRecord) ([]byte, error) {

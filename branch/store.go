@@ -331,6 +331,9 @@ func (s *Store) load() error {
 			s.branches[r.Name] = &branch{meta: branchMeta{Name: r.Name, Parent: r.Parent,
 				ParentEpoch: r.ParentEpoch, Created: r.Created}}
 		case logAbort:
+			if b := s.branches[r.Name]; b != nil {
+				s.remember(finishedInfo(&b.meta, Aborted, r.Finished))
+			}
 			delete(s.branches, r.Name)
 		case logCommit:
 			pending = r
@@ -338,9 +341,15 @@ func (s *Store) load() error {
 			pending = nil
 		case logDone:
 			if pending != nil {
-				s.committed(pending)
+				s.committed(pending, r.Finished)
 			}
 			pending = nil
+		case logFinished:
+			st := Aborted
+			if r.Committed {
+				st = Committed
+			}
+			s.remember(Info{Name: r.Name, Parent: r.Parent, State: st.String(), Epoch: r.Epoch, Created: r.Created, Finished: r.Finished})
 		}
 	}
 	if pending != nil {
@@ -349,7 +358,7 @@ func (s *Store) load() error {
 			return fmt.Errorf("the commit of %s was interrupted and can neither finish nor roll back; fix the cause and mount again: %w", pending.Name, err)
 		}
 		if done {
-			s.committed(pending)
+			s.committed(pending, time.Now().UTC())
 		}
 	}
 	// What commits that finished, rolled back or never started left.
@@ -413,11 +422,12 @@ func (s *Store) payDoneLocked() {
 }
 
 // committed records in the branches read from the log that the commit
-// journaled in r has happened.
+// journaled in r has happened, at t.
 // Preconditions: during load, before the store is shared.
-func (s *Store) committed(r *logRecord) {
+func (s *Store) committed(r *logRecord, t time.Time) {
 	if b := s.branches[r.Name]; b != nil {
 		b.meta.Committed = true
+		s.remember(finishedInfo(&b.meta, Committed, t))
 	}
 	if r.Parent == MainName {
 		s.main.meta.Epoch = r.NewEpoch
@@ -526,6 +536,10 @@ func (s *Store) compactLocked() {
 // Preconditions: s.mu held.
 func (s *Store) snapshot() []logRecord {
 	recs := []logRecord{{Op: logBranch, Name: MainName, Epoch: s.main.epoch(), AutoName: s.autoName}}
+	for _, h := range s.history {
+		recs = append(recs, logRecord{Op: logFinished, Name: h.Name, Parent: h.Parent, Epoch: h.Epoch,
+			Committed: h.State == Committed.String(), Created: h.Created, Finished: h.Finished})
+	}
 	var add func(p *branch)
 	add = func(p *branch) {
 		for _, c := range s.children(p) {
@@ -853,7 +867,8 @@ func (s *Store) drop(b *branch, dropped []string) ([]string, error) {
 	}
 	// The record first: a delta left behind by a crash has no branch and
 	// is removed at the next mount.
-	if _, err := s.log.append(&logRecord{Op: logAbort, Name: b.meta.Name}, false); err != nil {
+	now := time.Now().UTC()
+	if _, err := s.log.append(&logRecord{Op: logAbort, Name: b.meta.Name, Finished: now}, false); err != nil {
 		return dropped, err
 	}
 	s.trashDeltaLater(b.meta.Name)
@@ -862,7 +877,7 @@ func (s *Store) drop(b *branch, dropped []string) ([]string, error) {
 	}
 	s.retire(b, Aborted)
 	s.remove(b)
-	s.remember(b)
+	s.remember(finishedInfo(&b.meta, Aborted, now))
 	return append(dropped, b.meta.Name), nil
 }
 
@@ -880,14 +895,20 @@ func (s *Store) dropChildren(b *branch, dropped []string) ([]string, error) {
 // historyMax bounds the finished branches List shows.
 const historyMax = 32
 
-// remember adds b, which just finished, to the history. Preconditions:
-// s.mu held.
-func (s *Store) remember(b *branch) {
+// remember adds a branch that finished to the history, which the log's
+// snapshots keep (logFinished). Preconditions: s.mu held exclusively, or
+// during load.
+func (s *Store) remember(in Info) {
 	if len(s.history) >= historyMax {
 		s.history = slices.Delete(s.history, 0, len(s.history)-historyMax+1)
 	}
-	s.history = append(s.history, Info{Name: b.meta.Name, Parent: b.meta.Parent, State: b.State().String(),
-		Epoch: b.epoch(), Created: b.meta.Created, Finished: time.Now().UTC()})
+	s.history = append(s.history, in)
+}
+
+// finishedInfo describes for the history a branch that ended in state st
+// at t.
+func finishedInfo(m *branchMeta, st State, t time.Time) Info {
+	return Info{Name: m.Name, Parent: m.Parent, State: st.String(), Epoch: m.Epoch, Created: m.Created, Finished: t}
 }
 
 // adopt makes b a child of p. Preconditions: s.mu held exclusively, or
@@ -945,7 +966,7 @@ type Info struct {
 }
 
 // List describes main and every live or stale branch; with all, also the
-// latest finished ones, oldest first, as far as this mount saw them.
+// latest finished ones, oldest first (the log keeps them across mounts).
 func (s *Store) List(all bool) []Info {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -344,8 +344,8 @@ func TestNestingRefused(t *testing.T) {
 }
 
 // TestFinishedBranchesLeave: committed and aborted branches leave list
-// (list --all shows them), the log stays bounded, generated names never
-// come back, not after a remount either.
+// (list --all shows them, also after a remount), the log stays bounded,
+// generated names never come back, not after a remount either.
 func TestFinishedBranchesLeave(t *testing.T) {
 	m := newMount(t, "")
 	ctl := filepath.Join(m.mnt, ".branchfs_ctl")
@@ -372,11 +372,15 @@ func TestFinishedBranchesLeave(t *testing.T) {
 	if got := m.listNames(); got != "main:live" {
 		t.Errorf("list after commits and aborts: %s", got)
 	}
-	if all := m.listNames("--all"); strings.Count(all, ":committed") != 3 || strings.Count(all, ":aborted") != 3 {
+	all := m.listNames("--all")
+	if strings.Count(all, ":committed") != 3 || strings.Count(all, ":aborted") != 3 {
 		t.Errorf("list --all: %s", all)
 	}
 	m.ok("unmount", m.mnt)
 	m.start()
+	if again := m.listNames("--all"); again != all {
+		t.Errorf("list --all after a remount: %s, was %s", again, all)
+	}
 	for i := 0; i < 3; i++ {
 		m.ok("abort", m.view(gen()))
 	}
@@ -394,6 +398,12 @@ func TestFinishedBranchesLeave(t *testing.T) {
 	}
 	if got := m.listNames(); got != "main:live" {
 		t.Errorf("list: %s", got)
+	}
+	// The latest 32 finished, through compactions and a remount.
+	m.ok("unmount", m.mnt)
+	m.start()
+	if all := m.listNames("--all"); strings.Count(all, name+":aborted") != 32 {
+		t.Errorf("list --all after compactions and a remount: %s", all)
 	}
 }
 

@@ -384,7 +384,7 @@ func listCmd() *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.Flags().BoolVar(&all, "all", false, "also list the latest committed and aborted branches (up to 32, since the mount)")
+	c.Flags().BoolVar(&all, "all", false, "also list the latest committed and aborted branches (up to 32)")
 	return c
 }
 
