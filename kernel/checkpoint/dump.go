@@ -57,7 +57,10 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta,
 	if err != nil {
 		return meta, err
 	}
-	store := m.Store()
+	store, err := m.Store()
+	if err != nil {
+		return meta, err
+	}
 	unlock, err := branch.LockImages(store, name)
 	if err != nil {
 		return meta, err

@@ -64,17 +64,18 @@ type report struct {
 	err    error
 }
 
-// startClone makes clone c's branch, a child of parent, and starts its run, whose starter
-// restores the tree (cfg, completed here), and sends the starter's
-// report to send. Preconditions: c's Index, Branch and ID are set.
-func startClone(ctx context.Context, m *explore.Mount, parent string, c *Clone, cfg cloneConfig, exe string, maxPID int,
+// startClone makes clone c's branch, a child of parent, with its data in
+// store (Mount.Store), and starts its run, whose starter restores the tree
+// (cfg, completed here), and sends the starter's report to send.
+// Preconditions: c's Index, Branch and ID are set.
+func startClone(ctx context.Context, m *explore.Mount, store, parent string, c *Clone, cfg cloneConfig, exe string, maxPID int,
 	start time.Time, send func(report)) error {
 	i := c.Index
 	if _, err := m.Create(parent, c.Branch); err != nil {
 		return fmt.Errorf("clone %d: %w", i, err)
 	}
 	c.created = true
-	data := branch.BranchDataDir(m.Store(), c.Branch)
+	data := branch.BranchDataDir(store, c.Branch)
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return fmt.Errorf("clone %d (%s): %w", i, c.Branch, err)
 	}
@@ -151,7 +152,10 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 	if err := branch.ValidateName(name); err != nil {
 		return nil, err
 	}
-	store := m.Store()
+	store, err := m.Store()
+	if err != nil {
+		return nil, err
+	}
 	meta, dir, err := branch.LatestImage(store, name)
 	if err != nil {
 		return nil, err
@@ -198,7 +202,7 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 		setups.Add(1)
 		go func() {
 			defer setups.Done()
-			if err := startClone(ctx, m, name, c, cloneConfig{CRIU: criu, Images: images, Lazy: o.Lazy, Pages: dir,
+			if err := startClone(ctx, m, store, name, c, cloneConfig{CRIU: criu, Images: images, Lazy: o.Lazy, Pages: dir,
 				Record: out.Recording}, exe, meta.MaxPID, start, func(r report) { reports <- r }); err != nil {
 				reports <- report{i: c.Index, err: err}
 			}

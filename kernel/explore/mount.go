@@ -7,10 +7,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
 	"github.com/branchfs/branchfs/fs"
+	"github.com/branchfs/branchfs/internal/safedir"
 	"github.com/branchfs/branchfs/kernel"
 	"golang.org/x/sys/unix"
 )
@@ -22,6 +25,11 @@ type Mount struct {
 	dir   string // absolute path of the mount point
 	base  string // the directory it shows, as the daemon was given it
 	store string // the daemon's store directory
+	// owner is the user whose daemon serves the mount (-1: not known).
+	// What the daemon of another user than root and this one says (its
+	// base, its store, the layers of a branch) is not acted on: see
+	// trusted.
+	owner int
 	// dataPath is the runs' default (SetDataPath); "": auto.
 	dataPath DataPath
 }
@@ -56,7 +64,44 @@ func Open(dir string) (*Mount, error) {
 		return nil, fmt.Errorf("%s is the view of branch %s; give the mount point", dir, st.View)
 	}
 	m.base, m.store = st.Base, st.Store
+	m.owner = fuseOwner(m.dir)
 	return m, nil
+}
+
+// trusted reports whether the mount's daemon is root's or this user's.
+// Another user's daemon (one that lets others in, with user_allow_other)
+// could name any directory as its base, its store or a branch's layers,
+// and a run or checkpoint of this user's would bind the branch over it,
+// mount overlayfs on it or write process images there.
+func (m *Mount) trusted() bool {
+	return m.owner == 0 || m.owner == os.Geteuid()
+}
+
+// fuseOwner is the user_id of the FUSE mount at dir, from
+// /proc/self/mountinfo (the kernel's record of who mounted), or -1.
+func fuseOwner(dir string) int {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return -1
+	}
+	owner := -1
+	for line := range strings.Lines(string(data)) {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS
+		pre, post, ok := strings.Cut(strings.TrimSpace(line), " - ")
+		pf, qf := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(pf) < 5 || len(qf) < 3 || unescapeMountinfo(pf[4]) != dir {
+			continue
+		}
+		owner = -1 // a later mount at dir covers an earlier one
+		for o := range strings.SplitSeq(qf[2], ",") {
+			if v, ok := strings.CutPrefix(o, "user_id="); ok && strings.HasPrefix(qf[0], "fuse") {
+				if n, err := strconv.Atoi(v); err == nil {
+					owner = n
+				}
+			}
+		}
+	}
+	return owner
 }
 
 // notAllowedError: the caller is not one who may control the mount's
@@ -74,8 +119,17 @@ func (m *Mount) Dir() string { return m.dir }
 func (m *Mount) Base() string { return m.base }
 
 // Store is the daemon's store directory (per-branch data such as
-// checkpoint images lives in it).
-func (m *Mount) Store() string { return m.store }
+// checkpoint images lives in it). It fails unless the daemon is root's or
+// this user's and only they can change the store (safedir).
+func (m *Mount) Store() (string, error) {
+	if !m.trusted() {
+		return "", fmt.Errorf("%s: its daemon runs as uid %d, not as root or you: its store is not used", m.dir, m.owner)
+	}
+	if _, err := safedir.Check(m.store); err != nil {
+		return "", fmt.Errorf("store of %s: %w", m.dir, err)
+	}
+	return m.store, nil
+}
 
 // View is the path of a branch's view: the mount point for main, else
 // MNT/@NAME.

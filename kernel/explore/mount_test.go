@@ -29,6 +29,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv("BRANCHFS_TEST_USERNS") != "" {
 		os.Exit(m.Run()) // TestUserNamespace, as an ordinary user
 	}
+	if os.Getenv("BRANCHFS_TEST_FOREIGN") != "" {
+		binary = os.Getenv("BRANCHFS_TEST_BINARY")
+		os.Exit(m.Run()) // TestForeignDaemon, in a mount namespace of its own
+	}
 	if os.Geteuid() != 0 {
 		fmt.Println("skipping run tests: they need root")
 		os.Exit(0)

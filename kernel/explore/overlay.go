@@ -234,14 +234,24 @@ var fallbackOnce sync.Once
 // the patterns) whose Spec names none.
 func (m *Mount) SetDataPath(p DataPath) { m.dataPath = p }
 
-func (p *Proc) dataPath() DataPath {
+// dataPath is the run's data path. The kernel path mounts the layers the
+// daemon names, so auto takes it only from a daemon of root's or this
+// user's (Mount.trusted), and kernel fails with another's.
+func (p *Proc) dataPath() (DataPath, error) {
+	dp := DataPathAuto
 	switch {
 	case p.spec.DataPath != "":
-		return p.spec.DataPath
+		dp = p.spec.DataPath
 	case p.m.dataPath != "":
-		return p.m.dataPath
+		dp = p.m.dataPath
 	}
-	return DataPathAuto
+	switch {
+	case p.m.trusted() || dp == DataPathFUSE:
+		return dp, nil
+	case dp == DataPathKernel:
+		return "", fmt.Errorf("kernel path: the daemon of %s runs as uid %d, not as root or you", p.m.dir, p.m.owner)
+	}
+	return DataPathFUSE, nil
 }
 
 // endKernelPath settles a kernel-path run whose processes are all gone:

@@ -271,13 +271,18 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 	env = append(env[:len(env):len(env)],
 		EnvBranch+"="+p.name, EnvIndex+"="+strconv.Itoa(p.spec.Index), EnvView+"="+p.m.dir)
 	// The base directory shows the branch too: a tool that has the
-	// project's own path baked in must not write past the branch.
+	// project's own path baked in must not write past the branch. (Not
+	// a base that another user's daemon names: Mount.trusted.)
 	targets := []string{p.m.dir}
-	if fi, err := os.Stat(p.m.base); filepath.IsAbs(p.m.base) && p.m.base != p.m.dir && err == nil && fi.IsDir() {
+	if fi, err := os.Stat(p.m.base); p.m.trusted() && filepath.IsAbs(p.m.base) && p.m.base != p.m.dir && err == nil && fi.IsDir() {
 		targets = []string{p.m.base, p.m.dir}
 	}
+	dp, err := p.dataPath()
+	if err != nil {
+		return err
+	}
 	cfg := initConfig{
-		View: p.m.View(p.name), Targets: append(targets, binds...), DataPath: p.dataPath(),
+		View: p.m.View(p.name), Targets: append(targets, binds...), DataPath: dp,
 		Dir: p.rebase(dir), Args: p.spec.Args, Env: env, Score: p.spec.Score, LastPID: p.spec.LastPID,
 	}
 	attr := &syscall.SysProcAttr{
