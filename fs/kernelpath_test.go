@@ -131,7 +131,7 @@ func TestRandomKernelPath(t *testing.T) {
 		rng := rand.New(rand.NewSource(seed))
 		var results []string
 		for i := 0; i < randomKernelOps; i++ {
-			results = append(results, errText(kernelRandomOp(rng).run(dir)))
+			results = append(results, kernelRandomOp(rng).run(dir, nil))
 		}
 		data, _ := json.Marshal(results)
 		must(t, os.WriteFile(os.Getenv(envInRunOut), data, 0o644))
@@ -168,7 +168,7 @@ func TestRandomKernelPath(t *testing.T) {
 					skipped++
 					continue
 				}
-				fres := errText(op.run(fuse.view("inner")))
+				fres := op.run(fuse.view("inner"), nil)
 				log = append(log, fmt.Sprintf("%s -> fuse %s, kernel %s", op.desc, fres, kres[i]))
 				if fres != kres[i] {
 					t.Fatalf("op %d: %s: FUSE view %s, kernel path %s\n%s", i, op.desc, fres, kres[i], strings.Join(log, "\n"))
@@ -198,28 +198,29 @@ func TestRandomKernelPath(t *testing.T) {
 // applies.
 const randomKernelOps = 300
 
-// kernelRandomOp is randomOp's operations and those on owners and xattrs.
+// kernelRandomOp is basicRandomOp's operations and those on owners and
+// xattrs.
 func kernelRandomOp(rng *rand.Rand) *randomOperation {
 	pick := func() string { return randomNames[rng.Intn(len(randomNames))] }
 	switch rng.Intn(14) {
 	case 0:
 		a, v := pick(), fmt.Sprint(rng.Intn(3))
-		return &randomOperation{"setxattr " + a + " " + v, func(r string) error {
-			return unix.Lsetxattr(filepath.Join(r, a), "user.k"+v, []byte("v"+v), 0)
+		return &randomOperation{"setxattr " + a + " " + v, func(r string, _ *[]*os.File) string {
+			return errText(unix.Lsetxattr(filepath.Join(r, a), "user.k"+v, []byte("v"+v), 0))
 		}}
 	case 1:
 		a, v := pick(), fmt.Sprint(rng.Intn(3))
-		return &randomOperation{"removexattr " + a + " " + v, func(r string) error {
-			return unix.Lremovexattr(filepath.Join(r, a), "user.k"+v)
+		return &randomOperation{"removexattr " + a + " " + v, func(r string, _ *[]*os.File) string {
+			return errText(unix.Lremovexattr(filepath.Join(r, a), "user.k"+v))
 		}}
 	case 2:
 		a, id := pick(), []int{0, 1000, 65534}[rng.Intn(3)]
-		return &randomOperation{fmt.Sprintf("chown %d %s", id, a), func(r string) error {
-			return os.Lchown(filepath.Join(r, a), id, id)
+		return &randomOperation{fmt.Sprintf("chown %d %s", id, a), func(r string, _ *[]*os.File) string {
+			return errText(os.Lchown(filepath.Join(r, a), id, id))
 		}}
 	}
 	for {
-		if op := randomOp(rng, ""); op != nil {
+		if op := basicRandomOp(rng); op != nil {
 			return op
 		}
 	}
