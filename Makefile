@@ -28,8 +28,12 @@ test-deps:
 # Every filesystem test mounts for real; they need root and /dev/fuse.
 # The race detector's runtime sleeps a second in every process it ends
 # (atexit_sleep_ms), and the tests run the race-built CLI hundreds of times.
+# The remote/ tests run SeaweedFS's S3 server, built once per version
+# (scripts/seaweedfs.sh: about 20 minutes the first time; BRANCHFS_SKIP_S3=1
+# skips those tests).
 go-test: test-deps
-	GORACE="atexit_sleep_ms=0 $$GORACE" $(GO) test -race -count=1 -timeout 20m ./...
+	weed=$$([ -n "$$BRANCHFS_SKIP_S3" ] || ./scripts/seaweedfs.sh) && \
+	BRANCHFS_WEED="$$weed" GORACE="atexit_sleep_ms=0 $$GORACE" $(GO) test -race -count=1 -timeout 20m ./...
 
 # The benchmark suite of bench/: branchfs against native ext4 and
 # fuse-overlayfs in one run. Needs root; writes bench/results/.

@@ -27,6 +27,7 @@ const (
 	CmdAbort  = "abort"  // abort[:recursive]: the view's branch
 	CmdList   = "list"   // list[:all]: a Status; all adds finished branches
 	CmdDiff   = "diff"   // the view's branch.Diff
+	CmdDelta  = "delta"  // the view's branch.Delta, as JSON
 	// CmdHold holds the view's branch for the caller's kernel-path run
 	// and answers its branch.Layers (hold.go); CmdRelease ends a hold
 	// whose process has exited, else fails with EBUSY.
@@ -201,6 +202,12 @@ func (f *FS) command(ctx context.Context, v *branch.View, cmd string) ([]byte, e
 			return nil, err
 		}
 		return json.MarshalIndent(d, "", "  ")
+	case verb == CmdDelta && arg == "":
+		d, err := f.store.Delta(v.Name())
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(d)
 	}
 	return nil, fmt.Errorf("unknown control command %q: %w", cmd, syscall.EINVAL)
 }

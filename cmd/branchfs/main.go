@@ -78,7 +78,7 @@ SHELL COMPLETION
 		SilenceErrors: true,
 	}
 	root.AddGroup(&cobra.Group{ID: "branches", Title: "Branches:"}, &cobra.Group{ID: "runs", Title: "Processes in branches:"})
-	for _, c := range []*cobra.Command{mountCmd(), unmountCmd(), createCmd(), commitCmd(), abortCmd(), listCmd(), diffCmd()} {
+	for _, c := range []*cobra.Command{mountCmd(), unmountCmd(), createCmd(), commitCmd(), abortCmd(), listCmd(), diffCmd(), pushCmd(), pullCmd()} {
 		c.GroupID = "branches"
 		root.AddCommand(c)
 	}
@@ -109,7 +109,7 @@ const (
 var exitStatusHelp = map[string]string{
 	"mount": exitsPlain, "unmount": exitsPlain,
 	"create": exitsBranch, "commit": exitsBranch, "abort": exitsBranch, "list": exitsBranch, "diff": exitsBranch,
-	"checkpoint": exitsBranch,
+	"checkpoint": exitsBranch, "push": exitsBranch, "pull": exitsPlain,
 	"run": `  N      CMD's own exit status.
   124    --timeout ended CMD.
   127    CMD could not be started.

@@ -1,0 +1,270 @@
+package remote
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/branchfs/branchfs/branch"
+	"golang.org/x/sys/unix"
+)
+
+// Source is a branch to push, as its mount shows it.
+type Source struct {
+	Name, Parent string
+	View         string             // the branch's view, MNT/@NAME
+	ParentView   string             // its parent's view
+	Items        []branch.DeltaItem // its delta (branch.Store.Delta)
+}
+
+// Options tune a push or a pull.
+type Options struct {
+	Jobs     int       // requests in flight; 0: DefaultJobs
+	Progress io.Writer // where to draw a progress bar (a terminal), or nil
+	Force    bool      // pull: make the branch even on a base that differs
+}
+
+// DefaultJobs is how many requests a push or pull keeps in flight.
+const DefaultJobs = 8
+
+func (o *Options) jobs() int {
+	if o.Jobs > 0 {
+		return o.Jobs
+	}
+	return DefaultJobs
+}
+
+// Stats tell what a push or pull did.
+type Stats struct {
+	Paths    int   // entries in the manifest
+	Bytes    int64 // content of its files
+	Chunks   int   // distinct chunks it names
+	Stored   int   // chunks a push sent (the others were in the bucket)
+	Sent     int64 // bytes sent, manifest included
+	Received int64 // bytes received
+	Requests int64
+}
+
+// maxRetries is how often a push reads a file again that changed while it
+// read it.
+const maxRetries = 3
+
+// Push stores the branch src at loc: every chunk it needs and is not in
+// the bucket yet, then its manifest, last. A push that fails leaves the
+// manifest that was at loc as it was; its chunks stay for the next push.
+// Files are read through the branch's view; one written to while it is
+// read is read again. (The branch is not frozen: a push of a branch that
+// is being changed holds some state of each file, not one state of all.)
+func Push(ctx context.Context, b *Bucket, loc Location, src Source, o Options) (*Manifest, *Stats, error) {
+	bv, err := openView(src.View)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer bv.close()
+	pv, err := openView(src.ParentView)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer pv.close()
+	sent0, recv0, req0 := b.Moved()
+	m := &Manifest{Format: manifestFormat, Branch: src.Name, Parent: src.Parent, Created: time.Now().UTC(),
+		Entries: make([]Entry, len(src.Items))}
+	// The metadata and the base versions first, which gives the bar its
+	// total.
+	err = parallel(ctx, len(src.Items), o.jobs(), func(ctx context.Context, i int) error {
+		it := src.Items[i]
+		e := &m.Entries[i]
+		e.Path, e.Kind = it.Path, it.Kind
+		var err error
+		if e.Base, err = pv.version(it.Path); err != nil {
+			return fmt.Errorf("reading %s in %s: %w", it.Path, src.Parent, err)
+		}
+		if it.Kind != branch.DeltaDeleted {
+			if e.Meta, err = bv.meta(it.Path); err != nil {
+				return fmt.Errorf("reading %s: %w", it.Path, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	bar := newProgress(o.Progress, "push "+src.Name)
+	defer bar.end()
+	st := &Stats{Paths: len(m.Entries)}
+	for _, e := range m.Entries {
+		bar.total.Add(e.Size)
+	}
+	up := newUploader(ctx, b, loc, o.jobs())
+	err = parallel(up.ctx, len(m.Entries), o.jobs(), func(ctx context.Context, i int) error {
+		e := &m.Entries[i]
+		if e.Type != "file" {
+			return nil
+		}
+		for try := 1; ; try++ {
+			err := pushFile(ctx, bv, e, up, bar)
+			if !errors.Is(err, errChanged) || try == maxRetries {
+				return err
+			}
+			if e.Meta, err = bv.meta(e.Path); err != nil {
+				return fmt.Errorf("reading %s: %w", e.Path, err)
+			}
+		}
+	})
+	if werr := up.wait(); err == nil {
+		err = werr
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, e := range m.Entries {
+		st.Bytes += e.Size
+	}
+	st.Chunks, st.Stored = len(up.seen), int(up.stored.Load())
+	data, err := encodeManifest(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := b.Put(ctx, loc.Key, data); err != nil {
+		return nil, nil, err
+	}
+	sent, recv, req := b.Moved()
+	st.Sent, st.Received, st.Requests = sent-sent0, recv-recv0, req-req0
+	return m, st, nil
+}
+
+// errChanged: a file changed while a push read it.
+var errChanged = errors.New("changed while it was read")
+
+// pushFile reads e's file through the view, cuts it into chunks, hands
+// each to the uploader and records them in e, with its size and SHA-256.
+func pushFile(ctx context.Context, v *view, e *Entry, up *uploader, bar *progress) error {
+	f, err := v.openFile(e.Path, unix.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var before, after unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &before); err != nil {
+		return err
+	}
+	if before.Size != e.Size || before.Mtim != unix.NsecToTimespec(e.Mtime) {
+		return errChanged
+	}
+	c := newChunker(f)
+	defer c.close()
+	whole := sha256.New()
+	var chunks []Chunk
+	var size int64
+	for {
+		data, err := c.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", e.Path, err)
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		whole.Write(data)
+		h := hashOf(data)
+		chunks = append(chunks, Chunk{h, int64(len(data))})
+		size += int64(len(data))
+		up.add(h, data)
+		bar.add(int64(len(data)))
+	}
+	if err := unix.Fstat(int(f.Fd()), &after); err != nil {
+		return err
+	}
+	if after.Size != size || after.Mtim != before.Mtim || after.Ctim != before.Ctim {
+		bar.add(-size)
+		return errChanged
+	}
+	e.Chunks, e.SHA256 = chunks, hex.EncodeToString(whole.Sum(nil))
+	return nil
+}
+
+// uploader sends each chunk it is given once, unless the bucket has it,
+// with at most jobs requests in flight; add blocks while they are.
+type uploader struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	b      *Bucket
+	loc    Location
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	seen   map[string]bool
+	stored atomic.Int64
+}
+
+func newUploader(ctx context.Context, b *Bucket, loc Location, jobs int) *uploader {
+	u := &uploader{b: b, loc: loc, sem: make(chan struct{}, jobs), seen: map[string]bool{}}
+	u.ctx, u.cancel = context.WithCancelCause(ctx)
+	return u
+}
+
+func (u *uploader) add(hash string, data []byte) {
+	u.mu.Lock()
+	if u.seen[hash] {
+		u.mu.Unlock()
+		return
+	}
+	u.seen[hash] = true
+	u.mu.Unlock()
+	select {
+	case u.sem <- struct{}{}:
+	case <-u.ctx.Done():
+		return
+	}
+	u.wg.Add(1)
+	go func() {
+		defer func() { <-u.sem; u.wg.Done() }()
+		if err := u.put(hash, data); err != nil {
+			u.cancel(err)
+		}
+	}()
+}
+
+// put stores a chunk unless the bucket holds it whole: a chunk's name is
+// its content, so one of the right size is the right one (a pull checks).
+func (u *uploader) put(hash string, data []byte) error {
+	key := u.loc.chunkKey(hash)
+	size, ok, err := u.b.Stat(u.ctx, key)
+	if err != nil {
+		return err
+	}
+	if ok && size == int64(len(data)) {
+		return nil
+	}
+	if err := u.b.Put(u.ctx, key, data); err != nil {
+		return err
+	}
+	u.stored.Add(1)
+	return nil
+}
+
+// wait waits for the chunks in flight and returns the first error.
+func (u *uploader) wait() error {
+	u.wg.Wait()
+	err := context.Cause(u.ctx)
+	u.cancel(nil)
+	return err
+}
+
+// pathError names a path of the branch in an error.
+func pathError(op, p string, err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return err
+	}
+	return fmt.Errorf("%s %s: %w", op, p, err)
+}
