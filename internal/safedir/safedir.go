@@ -5,7 +5,9 @@
 // by neither its group nor others; a sticky directory (as /tmp) may be
 // writable by others on the way, since only the owner of an entry there
 // can move it, and the entry on the way is root's or the user's. This is
-// the rule of ssh's StrictModes.
+// the rule of ssh's StrictModes, with the exception Debian's ssh makes for
+// a group that is the user's alone (user private groups, where umask 002
+// makes directories group-writable).
 //
 // The path's symbolic links are resolved first, and the resolved path is
 // then walked one directory at a time from /, each opened without
@@ -19,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -154,9 +157,62 @@ func checkDir(fd int, path string, last bool) error {
 	if st.Mode&0o022 == 0 || !last && st.Mode&unix.S_ISVTX != 0 {
 		return nil
 	}
+	if st.Mode&0o002 == 0 && privateGroup(st.Gid) {
+		return nil
+	}
 	who := "others"
 	if st.Mode&0o002 == 0 {
 		who = "its group"
 	}
 	return &Error{path, fmt.Sprintf("is writable by %s (mode %04o)", who, st.Mode&0o7777)}
+}
+
+// privateGroup reports whether group gid is the effective user's alone:
+// /etc/group lists no other member, and /etc/passwd gives it to no other
+// user as their primary group.
+func privateGroup(gid uint32) bool {
+	me := uint32(os.Geteuid())
+	passwd, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return false
+	}
+	name := ""
+	for line := range strings.Lines(string(passwd)) {
+		// name:password:uid:gid:gecos:home:shell
+		f := strings.Split(strings.TrimSpace(line), ":")
+		if len(f) < 4 {
+			continue
+		}
+		uid, err1 := strconv.ParseUint(f[2], 10, 32)
+		g, err2 := strconv.ParseUint(f[3], 10, 32)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if uint32(uid) == me {
+			name = f[0]
+		} else if uint32(g) == gid {
+			return false
+		}
+	}
+	group, err := os.ReadFile("/etc/group")
+	if err != nil || name == "" {
+		return false
+	}
+	for line := range strings.Lines(string(group)) {
+		// name:password:gid:members
+		f := strings.Split(strings.TrimSpace(line), ":")
+		if len(f) < 4 {
+			continue
+		}
+		if g, err := strconv.ParseUint(f[2], 10, 32); err != nil || uint32(g) != gid {
+			continue
+		}
+		for m := range strings.SplitSeq(f[3], ",") {
+			if m != "" && m != name {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }

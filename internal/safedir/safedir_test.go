@@ -32,6 +32,9 @@ func TestCheck(t *testing.T) {
 	mk("open", 0o777, 0)
 	mk("open/mine", 0o700, 0)
 	mk("group", 0o775, 0)
+	must(t, os.Chown(filepath.Join(top, "group"), 0, other)) // nobody's group, not root's alone
+	mk("private", 0o775, 0)                                  // root's group: root's alone
+	mk("private/mine", 0o700, 0)
 	mk("theirs", 0o755, other)
 	mk("theirs/mine", 0o700, 0)
 	must(t, os.Symlink(filepath.Join(top, "ok", "sub"), filepath.Join(top, "link")))
@@ -39,6 +42,7 @@ func TestCheck(t *testing.T) {
 	for _, c := range []struct{ rel, want string }{
 		{"ok/sub", ""},
 		{"sticky/mine", ""},
+		{"private/mine", ""},
 		{"link", ""},
 		{"sticky", "sticky is writable by others (mode 1777)"},
 		{"sticky/theirs", "sticky/theirs is owned by uid 65534, not by root or you"},
