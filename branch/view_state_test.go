@@ -2,7 +2,10 @@ package branch
 
 import (
 	"errors"
+	"path/filepath"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // What a view allows in each state of its branch: Lock for any operation,
@@ -110,4 +113,95 @@ func mustCreate(t *testing.T, s *Store, name, parent string) *View {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// Every change through a view that may not be written fails with the
+// view's error before it touches anything: the view shows what it showed,
+// and neither the base nor the store's deltas change on the disk. A view
+// that has a child refuses each change itself; one that can no longer be
+// used is refused by Lock, and a stale one's changes refuse even without.
+func TestWritesRefusedByState(t *testing.T) {
+	writes := []struct {
+		name string
+		do   func(v *View) error
+	}{
+		{"open for writing", func(v *View) error { _, _, err := v.Open("f", unix.O_WRONLY); return err }},
+		{"copy-up", func(v *View) error { _, err := v.CopyUp("d/x", true); return err }},
+		{"create", func(v *View) error { _, _, err := v.Create("n", unix.O_WRONLY, 0o644, me); return err }},
+		{"create in a directory of the view's own", func(v *View) error {
+			_, _, err := v.Create("own/n", unix.O_WRONLY|unix.O_EXCL, 0o644, me)
+			return err
+		}},
+		{"mkdir", func(v *View) error { _, err := v.Mkdir("n", 0o755, me); return err }},
+		{"mknod", func(v *View) error { _, err := v.Mknod("n", unix.S_IFIFO|0o644, 0, me); return err }},
+		{"symlink", func(v *View) error { _, err := v.Symlink("f", "n", me); return err }},
+		{"link", func(v *View) error { _, err := v.Link("f", "n"); return err }},
+		{"unlink", func(v *View) error { return v.Unlink("f") }},
+		{"unlink in a directory of the view's own", func(v *View) error { return v.Unlink("own/y") }},
+		{"rmdir", func(v *View) error { return v.Rmdir("own") }},
+		{"rename", func(v *View) error { return v.Rename("f", "n", 0) }},
+		{"chmod", func(v *View) error { return v.Chmod("f", 0o600) }},
+		{"chown", func(v *View) error { return v.Chown("f", -1, -1) }},
+		{"truncate", func(v *View) error { return v.Truncate("f", 0) }},
+		{"utimens", func(v *View) error { return v.Utimens("f", unix.Timespec{}, unix.Timespec{}) }},
+		{"setxattr", func(v *View) error { return v.SetXattr("f", "user.a", []byte("1"), 0) }},
+		{"removexattr", func(v *View) error { return v.RemoveXattr("own", "user.own") }},
+	}
+	for _, state := range []struct {
+		name string
+		make func(t *testing.T, s *Store, v *View)
+		err  error
+	}{
+		{"with a child", func(t *testing.T, s *Store, v *View) { mustCreate(t, s, "c", "b") }, ErrFrozen},
+		{"stale", func(t *testing.T, s *Store, v *View) {
+			mustCreate(t, s, "w", MainName)
+			mustCommit(t, s, "w")
+		}, ErrStale},
+		{"aborted", func(t *testing.T, s *Store, v *View) { mustAbort(t, s, "b") }, ErrGone},
+	} {
+		for _, w := range writes {
+			t.Run(state.name+"/"+w.name, func(t *testing.T) {
+				s, base := newStore(t)
+				v := mustCreate(t, s, "b", MainName)
+				_, err := v.Mkdir("own", 0o755, me)
+				mustOK(t, err)
+				write(t, v, "own/y", "y")
+				mustOK(t, v.SetXattr("own", "user.own", []byte("1"), 0))
+				var shown map[string]string
+				if state.err == ErrFrozen { // a stale view cannot be read
+					shown = viewTree(t, v, "", nil)
+				}
+				state.make(t, s, v)
+				baseBefore, storeBefore := diskTree(t, base), diskTree(t, filepath.Join(s.Dir(), "deltas"))
+				// As the FUSE glue calls it: under Lock, which a view
+				// that can no longer be used refuses.
+				err = v.Lock()
+				if err == nil {
+					err = w.do(v)
+					v.Unlock()
+				}
+				if !errors.Is(err, state.err) {
+					t.Fatalf("got %v, want %v", err, state.err)
+				}
+				// A stale view's layers are still there: the operation
+				// itself refuses too.
+				if state.err == ErrStale {
+					if err := w.do(v); !errors.Is(err, state.err) {
+						t.Fatalf("without Lock: got %v, want %v", err, state.err)
+					}
+				}
+				if d := diffTrees(baseBefore, diskTree(t, base)); d != "" {
+					t.Errorf("the base changed: %s", d)
+				}
+				if d := diffTrees(storeBefore, diskTree(t, filepath.Join(s.Dir(), "deltas"))); d != "" {
+					t.Errorf("the deltas changed: %s", d)
+				}
+				if shown != nil {
+					if d := diffTrees(shown, viewTree(t, v, "", nil)); d != "" {
+						t.Errorf("the view changed: %s", d)
+					}
+				}
+			})
+		}
+	}
 }

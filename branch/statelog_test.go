@@ -1,0 +1,84 @@
+package branch
+
+import (
+	"bytes"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"testing"
+)
+
+// The state log reads up to its first torn or corrupt line: what follows
+// it was never written, as far as a mount is concerned.
+func TestLogReadsUpToDamage(t *testing.T) {
+	record := func(name string) string {
+		line, err := encodeRecord(&logRecord{Op: logCreate, Name: name, Parent: MainName})
+		mustOK(t, err)
+		return string(line)
+	}
+	checksummed := func(data string) string { return fmt.Sprintf("%08x %s\n", crc32.ChecksumIEEE([]byte(data)), data) }
+	for _, c := range []struct {
+		name   string
+		damage string // written after the good records, then a good one
+	}{
+		{"no damage", ""},
+		{"torn line", record("torn")[:20]},
+		{"wrong checksum", "00000000" + record("bad")[8:]},
+		{"no checksum", "branch-x " + record("bad")[9:]},
+		{"short line", "1234\n"},
+		{"checksummed, not JSON", checksummed("{not json")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, _ := newStore(t)
+			mustCreate(t, s, "a", MainName)
+			mustCreate(t, s, "b", MainName)
+			s.Close()
+			log := s.logPath()
+			data, err := os.ReadFile(log)
+			mustOK(t, err)
+			end := bytes.IndexByte(data, 0)
+			if end < 0 {
+				t.Fatal("no zero-filled tail in the log")
+			}
+			tail := c.damage + record("after")
+			copy(data[end:], tail)
+			mustOK(t, os.WriteFile(log, data, 0o600))
+			s2, err := Open(s.Dir(), s.Base(), Options{})
+			mustOK(t, err)
+			defer s2.Close()
+			want := "main:live a:live b:live"
+			if c.damage == "" {
+				want = "main:live a:live after:live b:live"
+			}
+			if got := names(s2.List(false)); got != want {
+				t.Errorf("branches: %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+// A durable store flushes its records and its stages; what it does is the
+// same.
+func TestDurableStore(t *testing.T) {
+	for _, layout := range layouts {
+		t.Run(layout, func(t *testing.T) {
+			s, base := newBigStore(t, layout)
+			s.Close()
+			s, err := Open(s.Dir(), s.Base(), Options{Durable: true})
+			mustOK(t, err)
+			defer s.Close()
+			b := mustCreate(t, s, "b", MainName)
+			changeMuch(t, b)
+			want := viewTree(t, b, "", nil)
+			mustCreate(t, s, "gone", MainName)
+			mustAbort(t, s, "gone")
+			mustCommit(t, s, "b")
+			if d := diffTrees(want, viewTree(t, s.Main(), "", nil)); d != "" {
+				t.Errorf("main shows other than b did: %s", d)
+			}
+			if left := stagesIn(t, base); len(left) > 0 {
+				t.Errorf("stages left: %v", left)
+			}
+		})
+	}
+}
