@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,15 +18,17 @@ import (
 // wrapped, an errno stands for the sentinel a client is told of, and
 // anything else is no errno at all.
 func TestErrnoTable(t *testing.T) {
-	for _, c := range []struct {
+	type errnoCase struct {
 		err   error
 		errno syscall.Errno
 		back  error // ErrorOf(errno): the first sentinel with that errno
-	}{
+	}
+	table := []errnoCase{
 		{ErrStale, syscall.ESTALE, ErrStale},
 		{ErrGone, syscall.ESTALE, ErrStale},
 		{ErrNotFound, syscall.ENOENT, ErrNotFound},
 		{ErrFrozen, syscall.EROFS, ErrFrozen},
+		{ErrHeld, syscall.EROFS, ErrFrozen},
 		{ErrBusy, syscall.EBUSY, ErrBusy},
 		{ErrExists, syscall.EEXIST, ErrExists},
 		{ErrTooMany, syscall.ENOSPC, ErrTooMany},
@@ -36,7 +39,13 @@ func TestErrnoTable(t *testing.T) {
 		{errDeviceIsMarker, syscall.EPERM, nil},
 		{&os.PathError{Op: "open", Path: "x", Err: unix.ENOTDIR}, syscall.ENOTDIR, nil},
 		{unix.EXDEV, syscall.EXDEV, nil},
-	} {
+	}
+	for _, e := range errnos {
+		if !slices.ContainsFunc(table, func(c errnoCase) bool { return c.err == e.err }) {
+			t.Errorf("%v is in the error table and not in this test's", e.err)
+		}
+	}
+	for _, c := range table {
 		wrapped := []error{
 			c.err,
 			&BranchError{"commit", "b", c.err},
@@ -146,6 +155,20 @@ func TestErrorsFromTheStore(t *testing.T) {
 			do: func(s *Store) error { return viewOf(s, "a").Unlink("f") }},
 		{name: "write to main with children", err: ErrFrozen,
 			do: func(s *Store) error { _, err := s.Main().Mkdir("new", 0o755, me); return err }},
+		{name: "write to a held branch", err: ErrHeld,
+			setup: holdStep("a1"), do: func(s *Store) error { return viewOf(s, "a1").Unlink("f") }},
+		{name: "commit of a held branch", err: ErrBusy, branch: "a1",
+			setup: holdStep("a1"), do: func(s *Store) error { _, err := s.Commit("a1"); return err }},
+		{name: "create below a held branch", err: ErrBusy, branch: "a1",
+			setup: holdStep("a1"), do: func(s *Store) error { _, err := s.Create("x", "a1"); return err }},
+		{name: "hold of a held branch", err: ErrBusy, branch: "a1",
+			setup: holdStep("a1"), do: func(s *Store) error { _, err := s.Hold("a1"); return err }},
+		{name: "hold of a branch with children", err: ErrFrozen, branch: "a",
+			do: func(s *Store) error { _, err := s.Hold("a"); return err }},
+		{name: "hold of main", err: ErrMainView, branch: MainName,
+			do: func(s *Store) error { _, err := s.Hold(MainName); return err }},
+		{name: "hold of an unknown branch", err: ErrNotFound, branch: "nope",
+			do: func(s *Store) error { _, err := s.Hold("nope"); return err }},
 		{name: "commit of a branch with children", err: ErrBusy, branch: "a",
 			do: func(s *Store) error { _, err := s.Commit("a"); return err }},
 		{name: "abort of a branch with children", err: ErrBusy, branch: "a",
@@ -252,6 +275,14 @@ func staleSibling(t *testing.T, s *Store) {
 	mustCommit(t, s, "a")
 	if err := viewOf(s, "s").Check(); !errors.Is(err, ErrStale) {
 		t.Fatalf("s: %v, want stale", err)
+	}
+}
+
+func holdStep(name string) func(t *testing.T, s *Store) {
+	return func(t *testing.T, s *Store) {
+		if _, err := s.Hold(name); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
