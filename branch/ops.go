@@ -144,15 +144,29 @@ func (v *View) makeNew(pfd int, name string, hidden bool, op string, mk func(dir
 	return v.store.install(op, dir+"/new", pfd, name)
 }
 
-// own gives a new entry to its creator. A set-group-ID directory decides
-// the group itself; chown clears set-id bits, so mode is put back after.
+// own gives a new entry to its creator, or else removes it: an operation
+// that fails leaves nothing (a daemon without root can give entries to no
+// one else). A set-group-ID directory decides the group itself; chown
+// clears set-id bits, so mode is put back after.
 func own(pfd int, name string, o Owner, mode uint32) error {
 	var st unix.Stat_t
 	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return err
 	}
 	_, err := ownStat(pfd, name, &st, o, mode)
+	if err != nil {
+		unmake(pfd, name, &st)
+	}
 	return err
+}
+
+// unmake removes name, an entry of pfd whose making failed half-way.
+func unmake(pfd int, name string, st *unix.Stat_t) {
+	flags := 0
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		flags = unix.AT_REMOVEDIR
+	}
+	unix.Unlinkat(pfd, name, flags)
 }
 
 // ownStat is own for an entry whose attributes st the caller has already
