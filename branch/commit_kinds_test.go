@@ -2,6 +2,7 @@ package branch
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -95,6 +96,11 @@ func TestCommitKinds(t *testing.T) {
 			must(t, v.SetXattr("d", "user.b", []byte("2"), 0))
 			must(t, v.Chmod("d", 0o711))
 		}},
+		{"xattr removed from a directory", func(t *testing.T, v *View) { must(t, v.RemoveXattr("d", "user.old")) }},
+		{"the root's attributes", func(t *testing.T, v *View) {
+			must(t, v.SetXattr("", "user.r", []byte("r"), 0))
+			must(t, v.Chmod("", 0o750))
+		}},
 		{"two names of one file", func(t *testing.T, v *View) {
 			_, err := v.Link("f", "g")
 			must(t, err)
@@ -112,6 +118,7 @@ func TestCommitKinds(t *testing.T) {
 						s, base = newStore(t)
 					}
 					mustOK(t, os.Symlink("f", filepath.Join(base, "l")))
+					mustOK(t, unix.Setxattr(filepath.Join(base, "d"), "user.old", []byte("o"), 0))
 					parent := s.Main()
 					if into == "p" {
 						parent = mustCreate(t, s, "p", MainName)
@@ -188,5 +195,28 @@ func TestDiffDirectoryXattrs(t *testing.T) {
 				t.Errorf("diff: %+v, want modified %q alone", d, c.modified)
 			}
 		})
+	}
+}
+
+// A commit that works in more directories than it keeps open at once
+// (dirCacheMax) carries every change.
+func TestCommitManyDirectories(t *testing.T) {
+	s, base := newStore(t)
+	n := dirCacheMax + 20
+	for i := range n {
+		d := filepath.Join(base, fmt.Sprintf("m%03d", i))
+		mustOK(t, os.Mkdir(d, 0o755))
+		mustOK(t, os.WriteFile(filepath.Join(d, "f"), []byte("base"), 0o644))
+	}
+	b := mustCreate(t, s, "b", MainName)
+	for i := range n {
+		write(t, b, fmt.Sprintf("m%03d/f", i), fmt.Sprint("b ", i))
+	}
+	mustCommit(t, s, "b")
+	for i := range n {
+		p := filepath.Join(base, fmt.Sprintf("m%03d", i), "f")
+		if data, err := os.ReadFile(p); err != nil || string(data) != fmt.Sprint("b ", i) {
+			t.Fatalf("%s = %q, %v", p, data, err)
+		}
 	}
 }

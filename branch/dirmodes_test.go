@@ -34,6 +34,11 @@ func TestDirectoryModes(t *testing.T) {
 				t.Errorf("ro2's mtime: %v", m)
 			}
 		}, map[string]string{"ro2/y": "file y"}, map[string]uint32{"ro2": 0o500}},
+		{"file added to a read-only directory", func(t *testing.T, v *View) {
+			mustOK(t, v.Chmod("ro", 0o755))
+			write(t, v, "ro/new", "n")
+			mustOK(t, v.Chmod("ro", 0o555))
+		}, map[string]string{"ro/new": "file n", "ro/x": "file x"}, map[string]uint32{"ro": 0o555}},
 		{"file made in a set-group-ID directory", func(t *testing.T, v *View) { write(t, v, "sg/new", "n") },
 			map[string]string{"sg/new": "file n"}, map[string]uint32{"sg": 0o2755}},
 		{"directory made over a tombstone in a set-group-ID directory", func(t *testing.T, v *View) {
@@ -104,4 +109,34 @@ func chmodTree(root string) {
 		}
 		return nil
 	})
+}
+
+// A commit into a base whose root the daemon may not write, from a store
+// apart from it, cannot make its stage there: without root it fails before
+// anything moves and says where; as root it happens.
+func TestCommitIntoReadOnlyBaseRoot(t *testing.T) {
+	s, base := newStoreApart(t)
+	v := mustCreate(t, s, "b", MainName)
+	write(t, v, "d/x", "changed")
+	mustOK(t, os.Chmod(base, 0o555))
+	t.Cleanup(func() { os.Chmod(base, 0o755) })
+	before := diskTree(t, base)
+	_, err := s.Commit("b")
+	if os.Geteuid() == 0 {
+		mustOK(t, err)
+		if got := shows(t, s.Main(), "d/x"); got != "file changed" {
+			t.Errorf("d/x after the commit: %s", got)
+		}
+		return
+	}
+	var pe *os.PathError
+	if !errors.Is(err, unix.EACCES) || !errors.As(err, &pe) || pe.Path != base && filepath.Dir(pe.Path) != base {
+		t.Fatalf("commit: %v, want EACCES naming %s or a path in it", err, base)
+	}
+	if d := diffTrees(before, diskTree(t, base)); d != "" {
+		t.Errorf("the refused commit changed the base: %s", d)
+	}
+	if got := shows(t, v, "d/x"); got != "file changed" {
+		t.Errorf("b after the refused commit: %s", got)
+	}
 }

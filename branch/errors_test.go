@@ -315,9 +315,44 @@ func TestErrorsOfTheDisk(t *testing.T) {
 	if _, err := Open(s.Dir(), base, Options{}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("a second daemon on one store: %v", err)
 	}
+	if err := s.MarkerError(); err != nil {
+		t.Errorf("a store on %s cannot hold markers: %v", s.Dir(), err)
+	}
+	meta := filepath.Join(s.Dir(), "branchfs.json")
+	good, err := os.ReadFile(meta)
+	mustOK(t, err)
+	s.Close()
+	for bad, want := range map[string]string{
+		`{"version": 99, "base": "` + base + `"}`: "unsupported format version 99",
+		`{"version": `: "unexpected end of JSON input",
+	} {
+		mustOK(t, os.WriteFile(meta, []byte(bad), 0o600))
+		if s2, err := Open(s.Dir(), base, Options{}); err == nil || !strings.Contains(err.Error(), want) {
+			if s2 != nil {
+				s2.Close()
+			}
+			t.Errorf("a store whose branchfs.json is %s: %v, want %q", bad, err, want)
+		}
+		if data, _ := os.ReadFile(meta); string(data) != bad {
+			t.Errorf("the refused store's branchfs.json became %s", data)
+		}
+	}
+	mustOK(t, os.WriteFile(meta, good, 0o600))
+	// A log that cannot be rewritten (here its temporary name is taken
+	// by a directory) stops the mount, which would otherwise lose it.
+	mustOK(t, os.Mkdir(s.logPath()+".tmp", 0o700))
+	if s2, err := Open(s.Dir(), base, Options{}); err == nil || !strings.Contains(err.Error(), "log.tmp") {
+		if s2 != nil {
+			s2.Close()
+		}
+		t.Errorf("a store whose log cannot be rewritten: %v", err)
+	}
+	mustOK(t, os.Remove(s.logPath()+".tmp"))
+	if _, err := MountID(filepath.Join(base, "nothing")); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("MountID of a missing path: %v", err)
+	}
 	other := filepath.Join(t.TempDir(), "other")
 	mustOK(t, os.Mkdir(other, 0o755))
-	s.Close()
 	if _, err := Open(s.Dir(), other, Options{}); err == nil || !strings.Contains(err.Error(), "belongs to base") {
 		t.Errorf("a store opened over another base: %v", err)
 	}

@@ -35,9 +35,14 @@ func TestLockImages(t *testing.T) {
 		t.Errorf("a second lock once released: %v", err)
 	}
 	store = t.TempDir()
-	mustOK(t, os.WriteFile(filepath.Join(store, "branches"), nil, 0o600))
+	for _, sub := range []string{"branches", "tmp"} {
+		mustOK(t, os.WriteFile(filepath.Join(store, sub), nil, 0o600))
+	}
 	if _, err := LockImages(store, "c"); err == nil {
 		t.Error("LockImages where STORE/branches is a file succeeded")
+	}
+	if _, err := StageImage(store, "c"); err == nil {
+		t.Error("StageImage where STORE/tmp is a file succeeded")
 	}
 }
 

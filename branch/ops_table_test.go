@@ -572,6 +572,19 @@ func TestOpsReadAndXattrs(t *testing.T) {
 		{name: "xattrs of the root", do: func(t *testing.T, v *View, base string) error {
 			return v.SetXattr("", "user.r", []byte("r"), 0)
 		}, check: steps(getx("", "user.r", "r"), listx("", "user.r"))},
+		{name: "lookup of a dot name", err: unix.EINVAL, do: func(t *testing.T, v *View, base string) error {
+			_, err := v.Lookup("d/.")
+			return err
+		}},
+		{name: "xattrs of a dot-dot name", err: unix.EINVAL, do: func(t *testing.T, v *View, base string) error {
+			_, err := v.GetXattr("d/..", "user.a", nil)
+			return err
+		}},
+		{name: "lookup of a name longer than any filesystem takes", err: unix.ENAMETOOLONG,
+			do: func(t *testing.T, v *View, base string) error {
+				_, err := v.Lookup("d/" + strings.Repeat("n", 5000))
+				return err
+			}},
 		{name: "statfs", do: func(t *testing.T, v *View, base string) error {
 			st, err := v.Statfs()
 			var want unix.Statfs_t
@@ -619,4 +632,40 @@ func TestOpsOpen(t *testing.T) {
 		{name: "of a directory for writing", do: open("d", unix.O_RDWR, ""), err: unix.EISDIR},
 		{name: "below a file", do: open("f/x", unix.O_RDONLY, ""), err: unix.ENOTDIR},
 	})
+}
+
+// A view keeps the last few of its own directories open (layer.dirFd):
+// working in more of them than it keeps, one after another and again,
+// every name lands in its own directory.
+func TestOwnDirectoriesInTurn(t *testing.T) {
+	s, _ := newStore(t)
+	v := mustCreate(t, s, "b", MainName)
+	n := len(v.layers[0].dirs.ents) + 3
+	for i := range n {
+		if _, err := v.Mkdir(fmt.Sprint("e", i), 0o755, me); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 2 {
+		for i := range n {
+			write(t, v, fmt.Sprintf("e%d/f%d", i, round), fmt.Sprint(i, round))
+		}
+	}
+	for i := range n {
+		for round := range 2 {
+			rel := fmt.Sprintf("e%d/f%d", i, round)
+			if got, want := shows(t, v, rel), fmt.Sprint("file ", i, round); got != want {
+				t.Errorf("%s shows %q, want %q", rel, got, want)
+			}
+		}
+		if ents, err := v.ReadDir(fmt.Sprint("e", i)); err != nil || len(ents) != 2 {
+			t.Errorf("e%d lists %v, %v", i, ents, err)
+		}
+		mustOK(t, v.Unlink(fmt.Sprintf("e%d/f0", i)))
+	}
+	for i := range n {
+		if got := shows(t, v, fmt.Sprintf("e%d/f0", i)); got != "absent" {
+			t.Errorf("e%d/f0 after its unlink: %s", i, got)
+		}
+	}
 }

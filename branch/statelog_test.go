@@ -82,3 +82,30 @@ func TestDurableStore(t *testing.T) {
 		})
 	}
 }
+
+// What a crash can leave half done at the next mount: a branch whose
+// parent's abort was recorded (aborts drop children first, but a crash may
+// stop one anywhere) goes with it, and a delta that no branch owns (its
+// create was never recorded) goes to the trash.
+func TestLoadDropsOrphans(t *testing.T) {
+	s, _ := newStore(t)
+	p := mustCreate(t, s, "p", MainName)
+	write(t, p, "pf", "p")
+	c := mustCreate(t, s, "c", "p")
+	write(t, c, "cf", "c")
+	mustCreate(t, s, "keep", MainName)
+	mustOK(t, os.MkdirAll(s.deltaDir("ghost")+"/sub", 0o700))
+	// The record of p's abort, and the crash before c's.
+	if _, err := s.log.append(&logRecord{Op: logAbort, Name: "p"}, false); err != nil {
+		t.Fatal(err)
+	}
+	s = reopen(t, s)
+	if got := names(s.List(false)); got != "main:live keep:live" {
+		t.Errorf("branches: %s", got)
+	}
+	for _, name := range []string{"p", "c", "ghost"} {
+		if _, err := os.Lstat(s.deltaDir(name)); !os.IsNotExist(err) {
+			t.Errorf("delta of %s: %v", name, err)
+		}
+	}
+}

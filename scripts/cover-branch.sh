@@ -25,17 +25,17 @@ else
 	mkdir "$dir/home"
 fi
 if ! (cd "$dir/home" && $run env HOME="$dir/home" TMPDIR="$dir/home" \
-	"$dir/branch.test" -test.count=1 -test.coverprofile="$dir/home/cover.out" >"$dir/test.log" 2>&1); then
-	cat "$dir/test.log"
+	"$dir/branch.test" -test.count=1 -test.v -test.coverprofile="$dir/home/cover.out" >"$dir/test.log" 2>&1); then
+	grep -E -- '^(=== RUN|--- PASS|--- SKIP|    --- (PASS|SKIP))' -v "$dir/test.log"
 	exit 1
 fi
-grep -E '^(--- SKIP|ok|PASS)' "$dir/test.log" | sed 's/^/  /' || true
 cp "$dir/home/cover.out" "$dir/cover.out"
 [ -z "${COVER_OUT:-}" ] || cp "$dir/cover.out" "$COVER_OUT"
-# Per file: statements covered of statements, as the total counts them.
-awk 'NR > 1 { split($1, a, ":"); n = a[1]; sub(".*/", "", n); t[n] += $2; T += $2; if ($3 > 0) { c[n] += $2; C += $2 } }
-	END { for (n in t) printf "%6.1f%%  %4d/%4d  %s\n", 100 * c[n] / t[n], c[n], t[n], n | "sort -k4"; close("sort -k4")
-		printf "%6.1f%%  %4d/%4d  total (uid %s)\n", 100 * C / T, C, T, uid }' uid="$(cd "$dir/home" && $run id -u)" "$dir/cover.out"
+# Per file: statements covered of statements, as go tool cover counts them.
+awk 'NR > 1 { split($1, a, ":"); n = a[1]; sub(".*/", "", n); t[n] += $2; if ($3 > 0) c[n] += $2 }
+	END { for (n in t) printf "  %-14s %5.1f%%  %4d of %4d\n", n, 100 * c[n] / t[n], c[n], t[n] }' "$dir/cover.out" | sort
+skipped=$(grep -E -- '--- SKIP' "$dir/test.log" | sed 's/^ *--- SKIP: \([^ ]*\).*/\1/' | tr '\n' ' ')
+[ -z "$skipped" ] || echo "skipped as uid $(cd "$dir/home" && $run id -u): $skipped"
 total=$($GO tool cover -func="$dir/cover.out" | awk '/^total:/ { sub("%", "", $3); print $3 }')
-echo "branch/: $total% of statements (minimum $MIN%)"
+echo "branch/: $total% of statements as uid $(cd "$dir/home" && $run id -u) (minimum $MIN%)"
 awk -v t="$total" -v m="$MIN" 'BEGIN { exit !(t >= m) }'
