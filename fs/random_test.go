@@ -300,16 +300,19 @@ func randomOpOf(rng *rand.Rand, kinds int) *randomOperation {
 		offIn, offOut, n := int64(rng.Intn(6)), int64(rng.Intn(6)), 1+rng.Intn(6)
 		return &randomOperation{fmt.Sprintf("copy_file_range %s@%d %s@%d %d", a, offIn, b, offOut, n),
 			func(r string, _ *[]*os.File) string {
-				in, err := os.Open(filepath.Join(r, a))
-				if err != nil {
-					return errText(err)
-				}
-				defer in.Close()
+				// The output first: a descriptor that passes a base
+				// file through before its copy-up stays another inode
+				// (docs/design.md).
 				out, err := os.OpenFile(filepath.Join(r, b), os.O_WRONLY, 0)
 				if err != nil {
 					return errText(err)
 				}
 				defer out.Close()
+				in, err := os.Open(filepath.Join(r, a))
+				if err != nil {
+					return errText(err)
+				}
+				defer in.Close()
 				oi, oo := offIn, offOut
 				c, err := unix.CopyFileRange(int(in.Fd()), &oi, int(out.Fd()), &oo, n, 0)
 				if err != nil {
