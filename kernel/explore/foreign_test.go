@@ -62,11 +62,18 @@ func TestForeignDaemon(t *testing.T) {
 	as(binary, "mount", "--base", base, mnt)
 	t.Cleanup(func() { as(binary, "unmount", mnt) })
 
+	// Through a link too, the mount is known to be uid 65534's.
+	link := filepath.Join(dir, "link")
+	must(t, os.Symlink(mnt, link))
+	for _, p := range []string{mnt, link} {
+		m, err := Open(p)
+		must(t, err)
+		if store, err := m.Store(); err == nil || !strings.Contains(err.Error(), "runs as uid 65534") {
+			t.Errorf("the store of uid 65534's daemon, through %s: %q, %v", p, store, err)
+		}
+	}
 	m, err := Open(mnt)
 	must(t, err)
-	if store, err := m.Store(); err == nil || !strings.Contains(err.Error(), "runs as uid 65534") {
-		t.Errorf("the store of uid 65534's daemon: %q, %v", store, err)
-	}
 	// The base is not covered: the command sees the base itself there.
 	var st unix.Stat_t
 	must(t, unix.Stat(base, &st))

@@ -78,30 +78,33 @@ func (m *Mount) trusted() bool {
 }
 
 // fuseOwner is the user_id of the FUSE mount at dir, from
-// /proc/self/mountinfo (the kernel's record of who mounted), or -1.
+// /proc/self/mountinfo (the kernel's record of who mounted), or -1. The
+// mount is found by its ID, which links and bind mounts do not hide.
 func fuseOwner(dir string) int {
+	id, err := branch.MountID(dir)
+	if err != nil {
+		return -1
+	}
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return -1
 	}
-	owner := -1
 	for line := range strings.Lines(string(data)) {
 		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS
 		pre, post, ok := strings.Cut(strings.TrimSpace(line), " - ")
 		pf, qf := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(pf) < 5 || len(qf) < 3 || unescapeMountinfo(pf[4]) != dir {
+		if !ok || len(pf) < 5 || len(qf) < 3 || pf[0] != strconv.FormatUint(id, 10) || !strings.HasPrefix(qf[0], "fuse") {
 			continue
 		}
-		owner = -1 // a later mount at dir covers an earlier one
 		for o := range strings.SplitSeq(qf[2], ",") {
-			if v, ok := strings.CutPrefix(o, "user_id="); ok && strings.HasPrefix(qf[0], "fuse") {
+			if v, ok := strings.CutPrefix(o, "user_id="); ok {
 				if n, err := strconv.Atoi(v); err == nil {
-					owner = n
+					return n
 				}
 			}
 		}
 	}
-	return owner
+	return -1
 }
 
 // notAllowedError: the caller is not one who may control the mount's
