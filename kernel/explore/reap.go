@@ -182,8 +182,8 @@ func newRecord(mount, branch string, created bool) *record {
 
 // Reap ends what runs whose process is gone left behind: their processes,
 // cgroups and the branches they created. It returns the first error and
-// goes on past it. Every branchfs command calls it; it costs one directory
-// read when there is nothing to do.
+// goes on past it. Every branchfs command calls it; when there is nothing
+// to do it costs a check of the records' directory and one read of it.
 func Reap() error {
 	if _, err := os.Lstat(recordsPath()); errors.Is(err, os.ErrNotExist) {
 		return nil
