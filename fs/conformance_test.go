@@ -233,8 +233,9 @@ func fsop(dir, op string, a []string) string {
 		m, _ := strconv.ParseUint(a[0], 8, 32)
 		mask, op, a = int(m), a[1], a[2:]
 	}
-	syscall.Umask(mask)
-	defer syscall.Umask(0)
+	// Put back afterwards: a step run in the test process would leave
+	// its umask to the directories later tests make (t.TempDir).
+	defer syscall.Umask(syscall.Umask(mask))
 	p := func(i int) string { return filepath.Join(dir, a[i]) }
 	num := func(i int) int {
 		n, _ := strconv.ParseInt(a[i], 0, 64)
