@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	"github.com/branchfs/branchfs/branch"
 	"github.com/branchfs/branchfs/kernel/explore"
 	"github.com/spf13/cobra"
 )
@@ -34,7 +35,7 @@ func main() {
 			os.Exit(int(status))
 		}
 		fmt.Fprintln(os.Stderr, "branchfs:", err)
-		if errors.Is(err, syscall.ESTALE) {
+		if errors.Is(err, syscall.ESTALE) || errors.Is(err, branch.ErrStale) || errors.Is(err, branch.ErrGone) {
 			os.Exit(exitStale)
 		}
 		os.Exit(exitError)

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/branchfs/branchfs/kernel/explore"
@@ -24,15 +28,27 @@ const candidatesHelp = `
 A candidate is a shell command line (-c, repeatable) or one of N copies of the command after "--"
 (-n N), told apart by $BRANCHFS_INDEX. Each runs as by branchfs run: in a branch of its own (a child of
 --parent, default main) in which MNT shows that branch, with every process it starts ending with it.
+--max-parallel N runs at most N at once, the others waiting their turn; those that start together
+start their commands together, once each is set up. --candidate-timeout ends a candidate that runs
+longer. A candidate's output lines are printed with its index in front ("[2] ..."); --output-dir DIR
+writes them to DIR/INDEX.out and DIR/INDEX.err instead, and --json holds the last 64 KiB of each.
 The outcome is printed (--json: as JSON).`
 
 type patternFlags struct {
-	n       int
-	cmds    []string
-	parent  string
-	timeout time.Duration
-	asJSON  bool
-	binds   []string
+	n           int
+	cmds        []string
+	parent      string
+	timeout     time.Duration
+	candTimeout time.Duration
+	maxParallel int
+	outputDir   string
+	asJSON      bool
+	binds       []string
+
+	files   []*os.File      // --output-dir's, closed by report
+	prefix  []*prefixWriter // the terminal's, flushed by report
+	mu      sync.Mutex
+	pattern string
 	// dataPath is each candidate's, as run --data-path.
 	dataPath string
 }
@@ -44,6 +60,9 @@ func (f *patternFlags) add(c *cobra.Command, withN bool) {
 	}
 	c.Flags().StringVar(&f.parent, "parent", "", "branch the candidates branch from (default main)")
 	c.Flags().DurationVar(&f.timeout, "timeout", 0, "end the pattern after this long (per level for tree and beam)")
+	c.Flags().DurationVar(&f.candTimeout, "candidate-timeout", 0, "end each candidate that runs longer than this (from when its command starts)")
+	c.Flags().IntVar(&f.maxParallel, "max-parallel", 0, "run at most N candidates at once; the others wait their turn (0: all at once)")
+	c.Flags().StringVar(&f.outputDir, "output-dir", "", "write each candidate's output to DIR/INDEX.out and DIR/INDEX.err instead of the terminal")
 	c.Flags().BoolVar(&f.asJSON, "json", false, "print the outcome as JSON on stdout (candidates' stdout goes to stderr)")
 	c.Flags().StringArrayVar(&f.binds, "bind", nil, "also show each candidate's branch at this path (repeatable)")
 	c.Flags().StringVar(&f.dataPath, "data-path", string(explore.DataPathAuto), "as run --data-path: kernel, fuse or auto")
@@ -67,8 +86,20 @@ func (f *patternFlags) mount(name string, cmd *cobra.Command, args []string, wan
 	if !wantCmd && len(rest) > 0 {
 		return nil, nil, fmt.Errorf("%s: unexpected command after --", name)
 	}
+	f.pattern = name
 	if f.timeout < 0 {
 		return nil, nil, fmt.Errorf("%s: --timeout must not be negative", name)
+	}
+	if f.candTimeout < 0 {
+		return nil, nil, fmt.Errorf("%s: --candidate-timeout must not be negative", name)
+	}
+	if f.maxParallel < 0 {
+		return nil, nil, fmt.Errorf("%s: --max-parallel must not be negative", name)
+	}
+	if f.outputDir != "" {
+		if fi, err := os.Stat(f.outputDir); err != nil || !fi.IsDir() {
+			return nil, nil, fmt.Errorf("%s: --output-dir %s: not a directory", name, f.outputDir)
+		}
 	}
 	dp, err := explore.ParseDataPath(f.dataPath)
 	if err != nil {
@@ -105,17 +136,97 @@ func (f *patternFlags) candidates(name string, cmd *cobra.Command, args []string
 }
 
 func (f *patternFlags) options() explore.Options {
-	o := explore.Options{Parent: f.parent, Timeout: f.timeout, Binds: f.binds, Stdout: os.Stdout, Stderr: os.Stderr}
+	o := explore.Options{Parent: f.parent, Timeout: f.timeout, CandidateTimeout: f.candTimeout, MaxParallel: f.maxParallel,
+		Binds: f.binds, Stderr: os.Stderr, KeepOutput: f.asJSON}
+	o.Dir, _ = os.Getwd()
+	stdout := io.Writer(os.Stdout)
 	if f.asJSON {
-		o.Stdout = os.Stderr
+		stdout = os.Stderr // the outcome is the only thing on stdout
+	}
+	o.Output = func(i int) (io.Writer, io.Writer) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.outputDir != "" {
+			var w [2]io.Writer
+			for k, ext := range []string{".out", ".err"} {
+				file, err := os.OpenFile(filepath.Join(f.outputDir, strconv.Itoa(i)+ext), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "branchfs: %s: candidate %d: %v\n", f.pattern, i, err)
+					continue
+				}
+				f.files = append(f.files, file)
+				w[k] = file
+			}
+			return w[0], w[1]
+		}
+		out := &prefixWriter{prefix: fmt.Sprintf("[%d] ", i), w: stdout, mu: &f.mu}
+		errw := &prefixWriter{prefix: fmt.Sprintf("[%d] ", i), w: os.Stderr, mu: &f.mu}
+		f.prefix = append(f.prefix, out, errw)
+		return out, errw
 	}
 	return o
+}
+
+// prefixWriter writes whole lines, each with its prefix, so that the
+// lines of candidates running at once stay whole and tell whose they are.
+type prefixWriter struct {
+	prefix string
+	w      io.Writer
+	mu     *sync.Mutex // shared by every prefixWriter of a pattern
+	buf    []byte
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.buf = append(p.buf, b...)
+	i := bytes.LastIndexByte(p.buf, '\n')
+	if i < 0 && len(p.buf) < 64<<10 {
+		return len(b), nil
+	}
+	if i < 0 {
+		i = len(p.buf) - 1
+	}
+	p.emit(p.buf[:i+1])
+	p.buf = append(p.buf[:0], p.buf[i+1:]...)
+	return len(b), nil
+}
+
+func (p *prefixWriter) emit(data []byte) {
+	var out []byte
+	for line := range bytes.Lines(data) {
+		out = append(append(out, p.prefix...), line...)
+		if out[len(out)-1] != '\n' {
+			out = append(out, '\n')
+		}
+	}
+	p.w.Write(out)
+}
+
+// flush writes what is left of a last line without a newline.
+func (p *prefixWriter) flush() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.buf) > 0 {
+		p.emit(p.buf)
+		p.buf = nil
+	}
 }
 
 // report prints the outcome and turns it into the exit status: 0 when a
 // candidate committed (or, with best-of-n --no-commit, won), else 1.
 func (f *patternFlags) report(out *explore.Outcome, err error, sig int) error {
+	f.mu.Lock()
+	files, prefix := f.files, f.prefix
+	f.mu.Unlock()
+	for _, p := range prefix {
+		p.flush()
+	}
+	for _, file := range files {
+		file.Close()
+	}
 	if out != nil {
+		warnContainment(f.pattern, out.Results)
 		if f.asJSON {
 			json.NewEncoder(os.Stdout).Encode(out)
 		} else {
@@ -129,6 +240,10 @@ func (f *patternFlags) report(out *explore.Outcome, err error, sig int) error {
 				fmt.Println("no winner")
 			}
 			for i, r := range out.Results {
+				if r.NotStarted {
+					fmt.Printf("  [%d] not started\n", i)
+					continue
+				}
 				state := "fail"
 				if r.Success() {
 					state = "ok"
@@ -150,11 +265,11 @@ func (f *patternFlags) report(out *explore.Outcome, err error, sig int) error {
 			}
 		}
 	}
-	if err != nil {
-		return err
-	}
 	if sig != 0 {
 		return exitStatus(sig)
+	}
+	if err != nil {
+		return err
 	}
 	if out.Winner == nil {
 		return exitStatus(1)

@@ -20,6 +20,17 @@ type exitStatus int
 
 func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
+// warnContainment says, once, when a PID namespace alone held the
+// processes of a run or a pattern's candidates.
+func warnContainment(what string, rs []*explore.Result) {
+	for _, r := range rs {
+		if r != nil && !r.NotStarted && r.Containment != "" && r.Containment != explore.ContainCgroup {
+			fmt.Fprintf(os.Stderr, "branchfs: %s: processes held by a %s only (no cgroup: %s)\n", what, r.Containment, r.NoCgroup)
+			return
+		}
+	}
+}
+
 // interruptible cancels ctx on SIGINT, SIGTERM and SIGHUP, so that a run
 // ends its processes and branches before branchfs exits (with 128+N).
 func interruptible() (context.Context, func() int) {
@@ -78,13 +89,14 @@ the view; auto (the default) takes the kernel path where it can and says once on
 				OnSuccess: explore.Action(onSuccess), OnFailure: explore.Action(onFailure),
 				Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
 			if err := explore.ValidAction(spec.OnSuccess, true); err != nil {
-				return fmt.Errorf("run: --%w", err)
+				return fmt.Errorf("run: --on-success: %w", err)
 			}
 			if onFailure != "" {
 				if err := explore.ValidAction(spec.OnFailure, false); err != nil {
-					return fmt.Errorf("run: --%w", err)
+					return fmt.Errorf("run: --on-failure: %w", err)
 				}
 			}
+			spec.Dir, _ = os.Getwd()
 			var err error
 			if spec.DataPath, err = explore.ParseDataPath(dataPath); err != nil {
 				return fmt.Errorf("run: --%w", err)
@@ -106,20 +118,20 @@ the view; auto (the default) takes the kernel path where it can and says once on
 			if res == nil {
 				return err
 			}
-			if res.Containment != explore.ContainCgroup {
-				fmt.Fprintf(os.Stderr, "branchfs: run: processes held by a %s only (no cgroup: %s)\n", res.Containment, res.NoCgroup)
-			}
+			warnContainment("run", []*explore.Result{res})
 			if res.Error != "" && err == nil {
 				fmt.Fprintf(os.Stderr, "branchfs: run: %s\n", res.Error)
 			}
 			if asJSON {
 				json.NewEncoder(os.Stdout).Encode(res)
-			}
-			if err != nil {
-				return fmt.Errorf("run: %w", err)
+			} else if res.Outcome == explore.Keep {
+				fmt.Fprintf(os.Stderr, "branchfs: run: kept branch %s at %s\n", res.Branch, m.View(res.Branch))
 			}
 			if sig != 0 {
 				return exitStatus(sig)
+			}
+			if err != nil {
+				return err
 			}
 			if s := res.Status(); s != 0 {
 				return exitStatus(s)

@@ -42,12 +42,15 @@ type initConfig struct {
 	Score    bool     `json:"score"` // fd 4 goes to the command as fd 3
 	UserNS   bool     `json:"userns"`
 	LastPID  int      `json:"last_pid,omitempty"` // Spec.LastPID
+	Gate     bool     `json:"gate,omitempty"`     // wait for EOF on gateFd before starting the command
 }
 
 // initStatus is the helper's report on statusFd: one JSON object with the
-// data path once the branch is mounted, then one with how the command
-// ended (or why it could not start).
+// data path once the branch is mounted, one with Ready once the command
+// can start, then one with how the command ended (or why it could not
+// start).
 type initStatus struct {
+	Ready    bool     `json:"ready,omitempty"` // set up; the command starts (at the gate's opening)
 	DataPath DataPath `json:"data_path,omitempty"`
 	Fallback string   `json:"fallback,omitempty"` // why auto took the FUSE path
 	Exit     int      `json:"exit"`
@@ -61,11 +64,12 @@ const (
 	statusFd = 3 // initStatus, written
 	scoreFd  = 4 // passed on to the command as its fd 3
 	configFd = 5 // initConfig, read
+	gateFd   = 6 // Gate: closed by the runner to start the command
 )
 
 func runInit() {
 	status := os.NewFile(statusFd, "status")
-	for _, fd := range []int{statusFd, scoreFd, configFd} {
+	for _, fd := range []int{statusFd, scoreFd, configFd, gateFd} {
 		syscall.CloseOnExec(fd)
 	}
 	fail := func(format string, a ...any) {
@@ -108,6 +112,18 @@ func runInit() {
 		if path, err = exec.LookPath(cfg.Args[0]); err != nil {
 			fail("%v", err)
 		}
+	}
+	// Everything that can fail has: say so, and wait at the gate, so
+	// that the candidates of one wave start their commands together.
+	json.NewEncoder(status).Encode(initStatus{Ready: true})
+	if cfg.Gate {
+		var b [1]byte
+		for {
+			if _, err := syscall.Read(gateFd, b[:]); err != syscall.EINTR {
+				break
+			}
+		}
+		syscall.Close(gateFd)
 	}
 	files := []*os.File{os.Stdin, os.Stdout, os.Stderr}
 	if cfg.Score {

@@ -29,12 +29,30 @@ import (
 
 // Options are what every pattern takes.
 type Options struct {
-	Parent         string        // the branch the candidates branch from; "": main
-	Timeout        time.Duration // for the whole pattern (per level in Tree and Beam); 0: none
-	Dir            string        // working directory of the candidates; "": this process's
-	Env            []string      // candidates' environment; nil: this process's
-	Binds          []string      // more paths to show each candidate's branch at
-	Stdout, Stderr io.Writer     // where candidates' output goes; nil: discarded
+	Parent           string        // the branch the candidates branch from; "": main
+	Timeout          time.Duration // for the whole pattern (per level in Tree and Beam); 0: none
+	CandidateTimeout time.Duration // for each candidate, from when its command starts; 0: none
+	// MaxParallel caps the candidates that run at once; the others wait
+	// for a place, in order. 0: all at once. However many there are,
+	// the candidates that start together start their commands together,
+	// once every one of them is set up.
+	MaxParallel int
+	Dir         string   // working directory of the candidates, as Spec.Dir; "": the mount point
+	Env         []string // candidates' environment; nil: this process's
+	Binds       []string // more paths to show each candidate's branch at
+
+	// Stdout and Stderr take every candidate's output (nil: discarded),
+	// one write at a time: a bytes.Buffer is fine, lines of two
+	// candidates may interleave. Output, when set, gives each candidate
+	// writers of its own instead (by its Result's index; a nil writer
+	// discards), written only by that candidate's run.
+	Stdout, Stderr io.Writer
+	Output         func(index int) (stdout, stderr io.Writer)
+	// KeepOutput keeps the last 64 KiB of each candidate's stdout and
+	// stderr in its Result, as well.
+	KeepOutput bool
+
+	warn *sync.Once // the candidates' warnings are written once
 }
 
 // Outcome is how a pattern ended.
@@ -81,6 +99,8 @@ func checkCommands(what string, cmds [][]string) error {
 	return nil
 }
 
+// spec is the Spec of candidate index. Its output goes to Output's
+// writers, else to the shared ones (which prepare made safe to share).
 func (o *Options) spec(pattern string, args []string, parent string, index int, extraEnv ...string) Spec {
 	env := o.Env
 	if env == nil {
@@ -90,11 +110,56 @@ func (o *Options) spec(pattern string, args []string, parent string, index int, 
 	if parent == "" {
 		parent = o.Parent
 	}
-	return Spec{Args: args, Env: env, Dir: o.Dir, Binds: o.Binds, Stdout: o.Stdout, Stderr: o.Stderr,
-		Parent: parent, Name: genName(pattern), Index: index, Score: true}
+	s := Spec{Args: args, Env: env, Dir: o.Dir, Binds: o.Binds, Stdout: o.Stdout, Stderr: o.Stderr,
+		Parent: parent, Name: genName(pattern), Index: index, Score: true, Timeout: o.CandidateTimeout, warn: o.warn}
+	if o.Output != nil {
+		s.Stdout, s.Stderr = o.Output(index)
+	}
+	if o.KeepOutput {
+		s.keep = &kept{}
+		s.Stdout, s.Stderr = teeTo(s.Stdout, &s.keep.stdout), teeTo(s.Stderr, &s.keep.stderr)
+	}
+	return s
+}
+
+// prepare makes the shared writers safe for the candidates' concurrent
+// runs: one lock for both, as they may be one writer.
+func (o Options) prepare() Options {
+	o.warn = new(sync.Once)
+	if o.Stdout == nil && o.Stderr == nil {
+		return o
+	}
+	mu := new(sync.Mutex)
+	if o.Stdout != nil {
+		o.Stdout = &lockedWriter{mu: mu, w: o.Stdout}
+	}
+	if o.Stderr != nil {
+		o.Stderr = &lockedWriter{mu: mu, w: o.Stderr}
+	}
+	return o
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func (o *Options) check(m *Mount) error {
+	switch {
+	case o.Timeout < 0:
+		return fmt.Errorf("negative timeout %v", o.Timeout)
+	case o.CandidateTimeout < 0:
+		return fmt.Errorf("negative candidate timeout %v", o.CandidateTimeout)
+	case o.MaxParallel < 0:
+		return fmt.Errorf("negative MaxParallel %d", o.MaxParallel)
+	}
 	if o.Parent != "" && o.Parent != branch.MainName {
 		info, err := m.Info(o.Parent)
 		if err != nil {
@@ -104,47 +169,184 @@ func (o *Options) check(m *Mount) error {
 			return fmt.Errorf("parent %s is %s", o.Parent, info.State)
 		}
 	}
-	if o.Timeout < 0 {
-		return errors.New("negative timeout")
+	return nil
+}
+
+// group is a set of runs: the first wave (up to max at once) starts
+// together, the rest one by one as places free up, unless the group is
+// stopped first.
+type group struct {
+	m     *Mount
+	ctx   context.Context
+	specs []Spec
+	max   int
+
+	mu      sync.Mutex
+	procs   []*Proc // nil until started (or given up)
+	stopped bool
+	ended   []chan struct{} // closed when candidate i's Proc is set and done
+	free    chan struct{}   // a place freed up
+	// held: a candidate's place frees up only when the pattern says so
+	// (next), once it has dealt with its end: a race's winner commits
+	// before anyone waiting starts.
+	held bool
+}
+
+// startAll starts the first wave of runs, holding each command at a gate
+// until every run of the wave is set up; the others start as earlier ones
+// end. On a failure in the first wave it ends those started. Candidates
+// given up (stop) before their turn end as NotStarted.
+func (m *Mount) startAll(ctx context.Context, specs []Spec, max int) (*group, error) {
+	return m.startGroup(ctx, specs, max, false)
+}
+
+func (m *Mount) startGroup(ctx context.Context, specs []Spec, max int, held bool) (*group, error) {
+	if max <= 0 || max > len(specs) {
+		max = len(specs)
+	}
+	g := &group{m: m, ctx: ctx, specs: specs, max: max, held: held, procs: make([]*Proc, len(specs)),
+		ended: make([]chan struct{}, len(specs)), free: make(chan struct{}, len(specs))}
+	for i := range g.ended {
+		g.ended[i] = make(chan struct{})
+	}
+	if err := g.startWave(0, max); err != nil {
+		return nil, err
+	}
+	go g.schedule(max)
+	return g, nil
+}
+
+// startWave starts specs[from:to] held at one gate, waits until each is
+// set up (or has ended), then opens the gate.
+func (g *group) startWave(from, to int) error {
+	gateR, gateW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer gateW.Close()
+	var started []*Proc
+	for i := from; i < to; i++ {
+		s := g.specs[i]
+		s.gate = gateR
+		p, err := g.m.start(g.ctx, s)
+		if err != nil {
+			gateR.Close()
+			for _, q := range started {
+				q.Kill()
+			}
+			for _, q := range started {
+				q.release()
+				q.Abort()
+			}
+			return err
+		}
+		started = append(started, p)
+	}
+	gateR.Close()
+	for _, p := range started {
+		select {
+		case <-p.ready:
+		case <-p.done:
+		}
+	}
+	g.mu.Lock()
+	for k, p := range started {
+		g.procs[from+k] = p
+		go g.watch(from + k)
+	}
+	g.mu.Unlock()
+	gateW.Close()
+	for _, p := range started {
+		p.release()
 	}
 	return nil
 }
 
-// group is a set of runs started together.
-type group struct {
-	m     *Mount
-	procs []*Proc
+// watch marks candidate i ended, and its place free unless held, once
+// its run is done.
+func (g *group) watch(i int) {
+	<-g.procs[i].Done()
+	close(g.ended[i])
+	if !g.held {
+		g.next()
+	}
 }
 
-// startAll starts one run per spec; on any failure it ends those started.
-func (m *Mount) startAll(ctx context.Context, specs []Spec) (*group, error) {
-	g := &group{m: m}
-	for _, s := range specs {
-		p, err := m.Start(ctx, s)
-		if err != nil {
-			g.abortAll()
-			return nil, err
+// next frees up a place for a candidate waiting.
+func (g *group) next() { g.free <- struct{}{} }
+
+// schedule starts the candidates after the first wave, each as a place
+// frees up; a start that fails ends that candidate with the error.
+func (g *group) schedule(next int) {
+	for ; next < len(g.specs); next++ {
+		<-g.free
+		g.mu.Lock()
+		if g.stopped || g.ctx.Err() != nil {
+			g.mu.Unlock()
+			break
 		}
-		g.procs = append(g.procs, p)
+		p, err := g.m.Start(g.ctx, g.specs[next])
+		if err != nil {
+			p = notStarted(g.m, g.specs[next], err.Error())
+		}
+		g.procs[next] = p
+		go g.watch(next)
+		g.mu.Unlock()
 	}
-	return g, nil
+	g.mu.Lock()
+	for ; next < len(g.specs); next++ {
+		g.procs[next] = notStarted(g.m, g.specs[next], "")
+		close(g.ended[next])
+	}
+	g.mu.Unlock()
+}
+
+// notStarted is a Proc that never ran.
+func notStarted(m *Mount, s Spec, why string) *Proc {
+	p := newProc(m, s, "")
+	p.ended = true
+	p.res = &Result{Index: s.Index, ExitCode: -1, NotStarted: why == "", Error: why}
+	close(p.done)
+	return p
+}
+
+// done is closed when candidate i has ended; proc(i) is then set.
+func (g *group) done(i int) <-chan struct{} { return g.ended[i] }
+
+func (g *group) proc(i int) *Proc {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.procs[i]
+}
+
+// stop gives up the candidates not started yet, and kills the running
+// ones except keep (-1: none).
+func (g *group) stop(keep int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stopped = true
+	for i, p := range g.procs {
+		if p != nil && i != keep {
+			p.Kill()
+		}
+	}
 }
 
 // abortAll ends every run of the group and drops its branch.
 func (g *group) abortAll() {
-	for _, p := range g.procs {
-		p.Kill()
-	}
-	for _, p := range g.procs {
-		p.Abort()
+	g.stop(-1)
+	for i := range g.specs {
+		<-g.done(i)
+		g.proc(i).Abort()
 	}
 }
 
 // results waits for every run.
 func (g *group) results() []*Result {
-	out := make([]*Result, len(g.procs))
-	for i, p := range g.procs {
-		out[i] = p.Wait()
+	out := make([]*Result, len(g.specs))
+	for i := range g.specs {
+		<-g.done(i)
+		out[i] = g.proc(i).Wait()
 	}
 	return out
 }
@@ -180,6 +382,15 @@ func withTimeout(ctx context.Context, d time.Duration) (context.Context, context
 	return context.WithCancel(ctx)
 }
 
+// cancelled is err, or, when the caller's ctx ended the pattern before a
+// candidate committed, ctx's error.
+func cancelled(ctx context.Context, what string, out *Outcome, err error) (*Outcome, error) {
+	if err == nil && ctx.Err() != nil && (out == nil || !out.Committed) {
+		err = fmt.Errorf("%s: %w", what, ctx.Err())
+	}
+	return out, err
+}
+
 // Speculate runs the candidates at once, each in a branch of its own; the
 // first to succeed commits, and the others are killed and aborted at once.
 func (m *Mount) Speculate(ctx context.Context, cands [][]string, o Options) (*Outcome, error) {
@@ -189,7 +400,8 @@ func (m *Mount) Speculate(ctx context.Context, cands [][]string, o Options) (*Ou
 	if err := o.check(m); err != nil {
 		return nil, fmt.Errorf("speculate: %w", err)
 	}
-	return m.race(ctx, "speculate", cands, o, 0, nil)
+	out, err := m.race(ctx, "speculate", cands, o.prepare(), 0, nil)
+	return cancelled(ctx, "speculate", out, err)
 }
 
 // race is Speculate, with the candidates' indices starting at base; when
@@ -204,48 +416,46 @@ func (m *Mount) race(ctx context.Context, pattern string, cands [][]string, o Op
 		specs[i] = o.spec(pattern, c, "", base+i)
 		if failed != nil {
 			outs[i] = &tail{}
-			specs[i].Stdout = teeTo(o.Stdout, outs[i])
-			specs[i].Stderr = teeTo(o.Stderr, outs[i])
+			specs[i].Stdout = teeTo(specs[i].Stdout, outs[i])
+			specs[i].Stderr = teeTo(specs[i].Stderr, outs[i])
 		}
 	}
-	g, err := m.startAll(ctx, specs)
+	g, err := m.startGroup(ctx, specs, o.MaxParallel, true)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", pattern, err)
 	}
 	out := &Outcome{Pattern: pattern, Results: make([]*Result, len(cands))}
 	done := make(chan int, len(cands))
-	for i, p := range g.procs {
-		go func() { <-p.Done(); done <- i }()
+	for i := range specs {
+		go func() { <-g.done(i); done <- i }()
 	}
-	won := false
-	for range g.procs {
+	for range specs {
 		i := <-done
-		p := g.procs[i]
-		out.Results[i] = p.Wait()
-		if won || !p.Wait().Success() {
-			if !won && failed != nil {
+		p := g.proc(i)
+		r := p.Wait()
+		out.Results[i] = r
+		if out.Committed || !r.Success() {
+			if !out.Committed && failed != nil && !r.NotStarted {
 				failed(outs[i].String())
 			}
+			g.next()
 			continue
 		}
 		// The first success commits; the others lose now, whatever
-		// they are doing.
+		// they are doing, and those still waiting never start.
 		if err := p.Commit(); err != nil {
-			p.Wait().Error = err.Error()
+			r.Error = err.Error()
+			g.next()
 			continue
 		}
-		won = true
 		out.win(i)
-		for _, q := range g.procs {
-			if q != p {
-				q.Kill()
-			}
-		}
+		g.stop(i)
+		g.next()
 	}
-	for i, p := range g.procs {
+	for i := range specs {
 		if out.Winner == nil || *out.Winner != i {
-			if err := p.Abort(); err != nil {
-				p.Wait().Error = err.Error()
+			if err := g.proc(i).Abort(); err != nil {
+				out.Results[i].Error = err.Error()
 			}
 		}
 	}
@@ -262,26 +472,28 @@ func (m *Mount) BestOfN(ctx context.Context, cands [][]string, commit bool, o Op
 	if err := o.check(m); err != nil {
 		return nil, fmt.Errorf("best-of-n: %w", err)
 	}
-	return m.bestOf(ctx, "best-of-n", cands, commit, o, "", 0, nil)
+	out, err := m.bestOf(ctx, "best-of-n", cands, commit, o.prepare(), "", 0, nil)
+	return cancelled(ctx, "best-of-n", out, err)
 }
 
-// bestOf runs cands as children of parent ("" for o.Parent) and keeps the
-// best-scoring success: committed when commit, else aborted. extra adds
-// environment variables.
-func (m *Mount) bestOf(ctx context.Context, pattern string, cands [][]string, commit bool, o Options, parent string, depth int, extra []string) (*Outcome, error) {
+// bestOf runs cands as children of parent ("" for o.Parent), with indices
+// from base, and keeps the best-scoring success: committed when commit,
+// else aborted. extra adds environment variables.
+func (m *Mount) bestOf(ctx context.Context, pattern string, cands [][]string, commit bool, o Options, parent string, base int, extra []string) (*Outcome, error) {
 	ctx, cancel := withTimeout(ctx, o.Timeout)
 	defer cancel()
 	specs := make([]Spec, len(cands))
 	for i, c := range cands {
-		specs[i] = o.spec(pattern, c, parent, i, extra...)
+		specs[i] = o.spec(pattern, c, parent, base+i, extra...)
 	}
-	g, err := m.startAll(ctx, specs)
+	g, err := m.startAll(ctx, specs, o.MaxParallel)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", pattern, err)
 	}
 	out := &Outcome{Pattern: pattern, Results: g.results()}
 	b := best(out.Results)
-	for i, p := range g.procs {
+	for i := range specs {
+		p := g.proc(i)
 		if i == b && commit {
 			if err := p.Commit(); err != nil {
 				out.Results[i].Error = err.Error()
@@ -318,6 +530,11 @@ func (m *Mount) Reflexion(ctx context.Context, cmd []string, retries int, critiq
 	if err := o.check(m); err != nil {
 		return nil, fmt.Errorf("reflexion: %w", err)
 	}
+	out, err := m.reflexion(ctx, cmd, retries, critique, o.prepare())
+	return cancelled(ctx, "reflexion", out, err)
+}
+
+func (m *Mount) reflexion(ctx context.Context, cmd []string, retries int, critique []string, o Options) (*Outcome, error) {
 	ctx, cancel := withTimeout(ctx, o.Timeout)
 	defer cancel()
 	out := &Outcome{Pattern: "reflexion"}
@@ -325,7 +542,7 @@ func (m *Mount) Reflexion(ctx context.Context, cmd []string, retries int, critiq
 	for i := 0; i < retries && ctx.Err() == nil; i++ {
 		var t tail
 		s := o.spec("reflexion", cmd, "", i, EnvFeedback+"="+feedback)
-		s.Stdout, s.Stderr = teeTo(o.Stdout, &t), teeTo(o.Stderr, &t)
+		s.Stdout, s.Stderr = teeTo(s.Stdout, &t), teeTo(s.Stderr, &t)
 		p, err := m.Start(ctx, s)
 		if err != nil {
 			return out, fmt.Errorf("reflexion: attempt %d: %w", i, err)
@@ -344,7 +561,7 @@ func (m *Mount) Reflexion(ctx context.Context, cmd []string, retries int, critiq
 		if critique != nil {
 			var c tail
 			cs := o.spec("", critique, "", i, EnvFeedback+"="+feedback)
-			cs.Parent, cs.Name, cs.Branch, cs.Score = "", "", p.Branch(), false
+			cs.Parent, cs.Name, cs.Branch, cs.Score, cs.keep = "", "", p.Branch(), false, nil
 			cs.Stdout, cs.Stderr = &c, o.Stderr
 			if cp, err := m.Start(ctx, cs); err == nil {
 				cp.Wait()
@@ -363,8 +580,7 @@ func (m *Mount) Reflexion(ctx context.Context, cmd []string, retries int, critiq
 // Speculate (the first success commits and ends the pattern). A failed
 // candidate's output joins the feedback that every later candidate finds
 // in BRANCHFS_FEEDBACK, separated by lines of "---" (the last 64 KiB of
-// it). waveTimeout bounds
-// each wave, o.Timeout all of them.
+// it). waveTimeout bounds each wave, o.Timeout all of them.
 func (m *Mount) Cascaded(ctx context.Context, cmd []string, fanOut []int, waveTimeout time.Duration, o Options) (*Outcome, error) {
 	if err := checkCommands("cascaded", [][]string{cmd}); err != nil {
 		return nil, err
@@ -383,6 +599,11 @@ func (m *Mount) Cascaded(ctx context.Context, cmd []string, fanOut []int, waveTi
 	if err := o.check(m); err != nil {
 		return nil, fmt.Errorf("cascaded: %w", err)
 	}
+	out, err := m.cascaded(ctx, cmd, fanOut, waveTimeout, o.prepare())
+	return cancelled(ctx, "cascaded", out, err)
+}
+
+func (m *Mount) cascaded(ctx context.Context, cmd []string, fanOut []int, waveTimeout time.Duration, o Options) (*Outcome, error) {
 	ctx, cancel := withTimeout(ctx, o.Timeout)
 	defer cancel()
 	out := &Outcome{Pattern: "cascaded"}
@@ -446,13 +667,18 @@ func (m *Mount) Tournament(ctx context.Context, cands [][]string, judge []string
 	if err := o.check(m); err != nil {
 		return nil, fmt.Errorf("tournament: %w", err)
 	}
+	out, err := m.tournament(ctx, cands, judge, o.prepare())
+	return cancelled(ctx, "tournament", out, err)
+}
+
+func (m *Mount) tournament(ctx context.Context, cands [][]string, judge []string, o Options) (*Outcome, error) {
 	ctx, cancel := withTimeout(ctx, o.Timeout)
 	defer cancel()
 	specs := make([]Spec, len(cands))
 	for i, c := range cands {
 		specs[i] = o.spec("tournament", c, "", i)
 	}
-	g, err := m.startAll(ctx, specs)
+	g, err := m.startAll(ctx, specs, o.MaxParallel)
 	if err != nil {
 		return nil, fmt.Errorf("tournament: %w", err)
 	}
@@ -469,7 +695,7 @@ func (m *Mount) Tournament(ctx context.Context, cands [][]string, judge []string
 		for k := 0; k+1 < len(alive) && jerr == nil; k += 2 {
 			a, b := alive[k], alive[k+1]
 			var pick int
-			pick, jerr = m.judge(ctx, judge, g.procs[a].Branch(), g.procs[b].Branch(), o)
+			pick, jerr = m.judge(ctx, judge, g.proc(a).Branch(), g.proc(b).Branch(), o)
 			w := a
 			if pick == 1 {
 				w = b
@@ -482,7 +708,8 @@ func (m *Mount) Tournament(ctx context.Context, cands [][]string, judge []string
 		}
 		alive = next
 	}
-	for i, p := range g.procs {
+	for i := range specs {
+		p := g.proc(i)
 		if jerr == nil && len(alive) == 1 && alive[0] == i {
 			if err := p.Commit(); err == nil {
 				out.win(i)
@@ -531,8 +758,8 @@ func (m *Mount) judge(ctx context.Context, judge []string, a, b string, o Option
 func (m *Mount) expandIn(ctx context.Context, expand []string, name string, depth int, o Options) ([][]string, error) {
 	var t bytes.Buffer
 	s := o.spec("", expand, "", 0, EnvDepth+"="+strconv.Itoa(depth))
-	s.Parent, s.Name, s.Branch, s.Score = "", "", name, false
-	s.Stdout = &t
+	s.Parent, s.Name, s.Branch, s.Score, s.keep, s.Timeout = "", "", name, false, nil, 0
+	s.Stdout, s.Stderr = &t, o.Stderr
 	p, err := m.Start(ctx, s)
 	if err != nil {
 		return nil, err
@@ -556,7 +783,8 @@ func (m *Mount) expandIn(ctx context.Context, expand []string, name string, dept
 // commits into it, then expand runs there (BRANCHFS_DEPTH is the next
 // level) and prints the next level's strategies, one shell command line a
 // line; the root commits once every level has had a winner, or is aborted
-// when one has none. Results hold every level's candidates in order.
+// when one has none. Results hold every level's candidates in order, and
+// a candidate's index (BRANCHFS_INDEX) is its place there.
 func (m *Mount) Tree(ctx context.Context, strategies [][]string, expand []string, depth int, o Options) (*Outcome, error) {
 	if err := checkCommands("tree", strategies); err != nil {
 		return nil, err
@@ -570,9 +798,13 @@ func (m *Mount) Tree(ctx context.Context, strategies [][]string, expand []string
 	if err := o.check(m); err != nil {
 		return nil, fmt.Errorf("tree: %w", err)
 	}
+	out, err := m.tree(ctx, strategies, expand, depth, o.prepare())
+	return cancelled(ctx, "tree", out, err)
+}
+
+func (m *Mount) tree(ctx context.Context, strategies [][]string, expand []string, depth int, o Options) (*Outcome, error) {
 	if depth == 1 {
-		out, err := m.bestOf(ctx, "tree", strategies, true, o, "", 0, []string{EnvDepth + "=0"})
-		return out, err
+		return m.bestOf(ctx, "tree", strategies, true, o, "", 0, []string{EnvDepth + "=0"})
 	}
 	root, release, err := m.hold(o.Parent, "tree")
 	if err != nil {
@@ -582,15 +814,12 @@ func (m *Mount) Tree(ctx context.Context, strategies [][]string, expand []string
 	out := &Outcome{Pattern: "tree"}
 	level := strategies
 	for d := 0; d < depth && len(level) > 0; d++ {
-		lo, err := m.bestOf(ctx, "tree", level, true, o, root, d, []string{EnvDepth + "=" + strconv.Itoa(d)})
+		lo, err := m.bestOf(ctx, "tree", level, true, o, root, len(out.Results), []string{EnvDepth + "=" + strconv.Itoa(d)})
 		if err != nil {
 			m.Abort(root, true)
 			return out, err
 		}
-		for _, r := range lo.Results {
-			r.Index = len(out.Results)
-			out.Results = append(out.Results, r)
-		}
+		out.Results = append(out.Results, lo.Results...)
 		if !lo.Committed {
 			out.Winner = nil
 			return out, m.Abort(root, true)
@@ -650,6 +879,11 @@ func (m *Mount) Beam(ctx context.Context, strategies [][]string, expand []string
 	if err := o.check(m); err != nil {
 		return nil, fmt.Errorf("beam: %w", err)
 	}
+	out, err := m.beam(ctx, strategies, expand, width, depth, o.prepare())
+	return cancelled(ctx, "beam", out, err)
+}
+
+func (m *Mount) beam(ctx context.Context, strategies [][]string, expand []string, width, depth int, o Options) (*Outcome, error) {
 	type node struct {
 		p      *Proc
 		parent int // index into out.Results, -1 for level 0
@@ -704,7 +938,7 @@ func (m *Mount) Beam(ctx context.Context, strategies [][]string, expand []string
 			}
 			specs[i] = o.spec("beam", t.cmd, parent, len(nodes)+i, EnvDepth+"="+strconv.Itoa(d))
 		}
-		g, err := m.startAll(lctx, specs)
+		g, err := m.startAll(lctx, specs, o.MaxParallel)
 		if err != nil {
 			cancel()
 			return fail(err)
@@ -712,8 +946,8 @@ func (m *Mount) Beam(ctx context.Context, strategies [][]string, expand []string
 		rs := g.results()
 		cancel()
 		first := len(nodes)
-		for i, p := range g.procs {
-			nodes = append(nodes, node{p: p, parent: tasks[i].parent})
+		for i := range specs {
+			nodes = append(nodes, node{p: g.proc(i), parent: tasks[i].parent})
 			out.Results = append(out.Results, rs[i])
 		}
 		// The width best successes of this level survive, held by a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,8 +52,16 @@ const (
 type Spec struct {
 	Args []string // the command and its arguments
 	Env  []string // the command's environment; nil: this process's
-	Dir  string   // working directory; "": this process's. Inside the mount point it is the same place in the branch.
+	// Working directory: "" for the mount point, which shows the branch.
+	// A directory inside the mount point, a branch's view, the base
+	// directory or a Binds path is the same place in the branch; one
+	// outside all of them is allowed, with a warning (Result.Warnings,
+	// and on Stderr): relative writes there escape the branch.
+	Dir string
 
+	// The command's standard streams; nil: /dev/null. Writers other than
+	// an *os.File are written from a goroutine of the run's own: give
+	// concurrent runs separate writers, or one safe for concurrent use.
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 
@@ -79,7 +88,14 @@ type Spec struct {
 	// before the command starts, so that the command's PID is above it:
 	// a restored process tree (kernel/checkpoint) needs its own PIDs free.
 	LastPID int
+
+	gate *os.File   // the read end of a group's gate: the command starts when it closes
+	keep *kept      // Options.KeepOutput: the tails that go into the Result
+	warn *sync.Once // a pattern's candidates warn once, not each
 }
+
+// kept is what a run keeps of its output for its Result.
+type kept struct{ stdout, stderr tail }
 
 // Result is how a run ended.
 type Result struct {
@@ -99,16 +115,23 @@ type Result struct {
 	Fallback    string   `json:"fallback,omitempty"`  // why auto took the FUSE path
 	// Stale: a sibling's commit made the branch stale during a kernel-path
 	// run, and the run's processes were killed for it.
-	Stale    bool     `json:"stale,omitempty"`
-	NoCgroup string   `json:"no_cgroup,omitempty"` // why a PID namespace alone holds the processes
-	Score    *float64 `json:"score,omitempty"`
-	Error    string   `json:"error,omitempty"` // the command could not start, or the branch could not be ended as asked
+	Stale      bool     `json:"stale,omitempty"`
+	NoCgroup   string   `json:"no_cgroup,omitempty"` // why a PID namespace alone holds the processes
+	Score      *float64 `json:"score,omitempty"`
+	Error      string   `json:"error,omitempty"`       // the command could not start, its score was no number, or the branch could not be ended as asked
+	NotStarted bool     `json:"not_started,omitempty"` // a pattern ended before this candidate's turn came
+	Warnings   []string `json:"warnings,omitempty"`
+	Stdout     string   `json:"stdout,omitempty"` // Options.KeepOutput: the last 64 KiB of each
+	Stderr     string   `json:"stderr,omitempty"`
 
 	sig syscall.Signal
 }
 
-// Success reports whether the command exited 0 in time.
-func (r *Result) Success() bool { return r.ExitCode == 0 && !r.TimedOut && r.Error == "" }
+// Success reports whether the command exited 0 in time, with a score (if
+// it wrote one) that is a number.
+func (r *Result) Success() bool {
+	return r.ExitCode == 0 && !r.TimedOut && r.Error == "" && !r.NotStarted
+}
 
 // Status is a shell's exit status for the run: the command's, 128+N when
 // signal N ended it, 124 on a timeout (as timeout(1)), 127 when it could
@@ -139,10 +162,13 @@ type Proc struct {
 	noCgroup string // why there is no cgroup
 	cmd      *exec.Cmd
 	status   *os.File
-	score    chan *float64
-	start    time.Time
+	score    chan scoreResult
+	warnings []string
+	ready    chan struct{} // closed when the helper is set up
+	released chan struct{} // closed when the command may start (at once without a gate)
 
 	mu       sync.Mutex
+	start    time.Time
 	timedOut bool
 	done     chan struct{}
 	res      *Result
@@ -167,8 +193,37 @@ func genName(prefix string) string {
 // Start creates the branch (unless spec.Branch names one) and starts the
 // command in it. Call Wait, then one of Commit, Abort or Keep.
 func (m *Mount) Start(ctx context.Context, spec Spec) (*Proc, error) {
-	if len(spec.Args) == 0 {
+	p, err := m.start(ctx, spec)
+	if err == nil {
+		p.release()
+	}
+	return p, err
+}
+
+// start is Start, with the command held at spec.gate when there is one;
+// release lets it go.
+func (m *Mount) start(ctx context.Context, spec Spec) (*Proc, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	if len(spec.Args) == 0 || spec.Args[0] == "" {
 		return nil, errors.New("run: no command")
+	}
+	if spec.Timeout < 0 {
+		return nil, fmt.Errorf("run: negative timeout %v", spec.Timeout)
+	}
+	if spec.LastPID < 0 {
+		return nil, fmt.Errorf("run: negative LastPID %d", spec.LastPID)
+	}
+	if spec.OnSuccess != "" {
+		if err := ValidAction(spec.OnSuccess, true); err != nil {
+			return nil, fmt.Errorf("run: OnSuccess: %w", err)
+		}
+	}
+	if spec.OnFailure != "" {
+		if err := ValidAction(spec.OnFailure, false); err != nil {
+			return nil, fmt.Errorf("run: OnFailure: %w", err)
+		}
 	}
 	if spec.Branch != "" && (spec.Parent != "" || spec.Name != "") {
 		return nil, errors.New("run: a branch to run in, or a parent and name for a new one, not both")
@@ -178,11 +233,18 @@ func (m *Mount) Start(ctx context.Context, spec Spec) (*Proc, error) {
 			return nil, fmt.Errorf("run: %w", err)
 		}
 		info, err := m.Info(spec.Branch)
+		if errors.Is(err, syscall.ENOENT) {
+			return nil, fmt.Errorf("run: %w", &branch.BranchError{Op: "run in", Branch: spec.Branch, Err: branch.ErrGone})
+		}
 		if err != nil {
 			return nil, fmt.Errorf("run: %w", err)
 		}
-		if info.State != branch.Live.String() {
-			return nil, fmt.Errorf("run: branch %s is %s", spec.Branch, info.State)
+		switch info.State {
+		case branch.Live.String():
+		case branch.Stale.String():
+			return nil, fmt.Errorf("run: %w", &branch.BranchError{Op: "run in", Branch: spec.Branch, Err: branch.ErrStale})
+		default:
+			return nil, fmt.Errorf("run: %w", &branch.BranchError{Op: "run in", Branch: spec.Branch, Err: branch.ErrGone})
 		}
 	}
 	if spec.Name != "" {
@@ -192,10 +254,7 @@ func (m *Mount) Start(ctx context.Context, spec Spec) (*Proc, error) {
 	}
 	dir := spec.Dir
 	if dir == "" {
-		var err error
-		if dir, err = os.Getwd(); err != nil {
-			return nil, fmt.Errorf("run: working directory: %w", err)
-		}
+		dir = m.dir
 	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
@@ -212,13 +271,24 @@ func (m *Mount) Start(ctx context.Context, spec Spec) (*Proc, error) {
 		}
 		binds = append(binds, abs)
 	}
-	p := &Proc{m: m, spec: spec, name: spec.Branch, done: make(chan struct{})}
+	p := newProc(m, spec, spec.Branch)
 	if p.name == "" {
 		p.name = spec.Name
 		if p.name == "" {
 			p.name = genName("run")
 		}
 		p.created = true
+	}
+	if !p.sees(dir, binds) {
+		w := fmt.Sprintf("working directory %s is outside %s: what the command writes there escapes the branch", dir, m.dir)
+		p.warnings = append(p.warnings, w)
+		once := spec.warn
+		if once == nil {
+			once = new(sync.Once)
+		}
+		if spec.Stderr != nil {
+			once.Do(func() { fmt.Fprintf(spec.Stderr, "branchfs: warning: %s\n", w) })
+		}
 	}
 	rec := newRecord(m.dir, p.name, p.created)
 	root, cgErr := cgroupRoot()
@@ -248,9 +318,26 @@ func (m *Mount) Start(ctx context.Context, spec Spec) (*Proc, error) {
 	if err := p.startHelper(dir, binds); err != nil {
 		return fail(fmt.Errorf("run: %w", err))
 	}
-	p.start = time.Now()
 	go p.wait(ctx)
 	return p, nil
+}
+
+func newProc(m *Mount, spec Spec, name string) *Proc {
+	return &Proc{m: m, spec: spec, name: name, done: make(chan struct{}),
+		ready: make(chan struct{}), released: make(chan struct{})}
+}
+
+// release lets the command start once the helper is set up.
+func (p *Proc) release() { close(p.released) }
+
+// sees reports whether dir is a place the run shows its branch at.
+func (p *Proc) sees(dir string, binds []string) bool {
+	for _, d := range append([]string{p.m.dir, p.m.View(p.name), p.m.base}, binds...) {
+		if d != "" && (dir == d || strings.HasPrefix(dir, strings.TrimSuffix(d, "/")+"/")) {
+			return true
+		}
+	}
+	return false
 }
 
 // rebase maps a path inside MNT/@NAME to the same place under MNT, which
@@ -284,6 +371,7 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 	cfg := initConfig{
 		View: p.m.View(p.name), Targets: append(targets, binds...), DataPath: dp,
 		Dir: p.rebase(dir), Args: p.spec.Args, Env: env, Score: p.spec.Score, LastPID: p.spec.LastPID,
+		Gate: p.spec.gate != nil,
 	}
 	attr := &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
@@ -317,6 +405,9 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 	}
 	defer statusW.Close()
 	extra := []*os.File{statusW, nil, cfgFile}
+	if p.spec.gate != nil {
+		extra = append(extra, p.spec.gate)
+	}
 	var scoreW *os.File
 	if p.spec.Score {
 		var scoreR *os.File
@@ -326,12 +417,14 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 		}
 		defer scoreW.Close()
 		extra[scoreFd-statusFd] = scoreW
-		p.score = make(chan *float64, 1)
+		p.score = make(chan scoreResult, 1)
 		go readScore(scoreR, p.score)
 	}
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{"branchfs-init", p.name}
-	cmd.Env = []string{envInit + "=1"}
+	// A race-detecting build sleeps a second at exit by default: the
+	// helper exits as its command does.
+	cmd.Env = []string{envInit + "=1", "GORACE=atexit_sleep_ms=0"}
 	cmd.Dir = "/"
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.spec.Stdin, p.spec.Stdout, p.spec.Stderr
 	cmd.ExtraFiles = extra
@@ -377,18 +470,32 @@ func configFile(cfg *initConfig) (*os.File, error) {
 	return f, nil
 }
 
-// readScore reads what a command wrote to fd 3: a number, or nothing.
-func readScore(r *os.File, out chan<- *float64) {
+type scoreResult struct {
+	v   *float64
+	err error
+}
+
+// readScore reads what a command wrote to fd 3: nothing, or numbers, of
+// which the last counts. Anything else is an error, not a success.
+func readScore(r *os.File, out chan<- scoreResult) {
 	defer r.Close()
-	data, _ := io.ReadAll(io.LimitReader(r, 4096))
-	f := strings.Fields(string(data))
-	if len(f) > 0 {
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-			out <- &v
-			return
-		}
+	var t tail
+	io.Copy(&t, r) // all of it: a writer must not block on a full pipe
+	f := strings.Fields(t.String())
+	if len(f) == 0 {
+		out <- scoreResult{}
+		return
 	}
-	out <- nil
+	last := f[len(f)-1]
+	v, err := strconv.ParseFloat(last, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		if len(last) > 40 {
+			last = last[:40] + "..."
+		}
+		out <- scoreResult{err: fmt.Errorf("score on fd 3: %q is not a finite number", last)}
+		return
+	}
+	out <- scoreResult{v: &v}
 }
 
 func (p *Proc) dropCgroup() {
@@ -409,42 +516,78 @@ func (p *Proc) kill() {
 	}
 }
 
-func (p *Proc) wait(ctx context.Context) {
-	if p.spec.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.spec.Timeout)
-		defer cancel()
+// watch ends the run when ctx ends or, once the command has started (the
+// helper is set up and the run released), when its timeout passes.
+func (p *Proc) watch(ctx context.Context, exited <-chan struct{}) {
+	end := func(timedOut bool) {
+		p.mu.Lock()
+		p.timedOut = timedOut
+		p.mu.Unlock()
+		p.kill()
 	}
-	exited := make(chan struct{})
-	go func() {
+	for _, c := range []chan struct{}{p.released, p.ready} {
 		select {
-		case <-ctx.Done():
-			p.mu.Lock()
-			p.timedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
-			p.mu.Unlock()
-			p.kill()
+		case <-c:
 		case <-exited:
+			return
+		case <-ctx.Done():
+			end(errors.Is(ctx.Err(), context.DeadlineExceeded))
+			return
 		}
-	}()
-	p.cmd.Wait()
-	close(exited)
-	// The mount's report, then the exit's.
-	var mounted, st initStatus
+	}
+	p.mu.Lock()
+	p.start = time.Now()
+	p.mu.Unlock()
+	var timeout <-chan time.Time
+	if p.spec.Timeout > 0 {
+		t := time.NewTimer(p.spec.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-ctx.Done():
+		end(errors.Is(ctx.Err(), context.DeadlineExceeded))
+	case <-timeout:
+		end(true)
+	case <-exited:
+	}
+}
+
+func (p *Proc) wait(ctx context.Context) {
+	exited := make(chan struct{}) // the command has ended
+	go p.watch(ctx, exited)
+	// The helper reports once it is set up, then how the command ended.
 	dec := json.NewDecoder(p.status)
-	err := dec.Decode(&st)
-	if err == nil && st.DataPath != "" {
-		mounted, st = st, initStatus{}
-		err = dec.Decode(&st)
+	var mounted, st initStatus
+	for {
+		st = initStatus{}
+		if err := dec.Decode(&st); err != nil {
+			st = initStatus{Exit: -1, Signal: int(syscall.SIGKILL)}
+			break
+		}
+		if st.DataPath != "" {
+			mounted = st
+			continue
+		}
+		if !st.Ready {
+			break
+		}
+		close(p.ready)
 	}
-	if err != nil {
-		st = initStatus{Exit: -1, Signal: int(syscall.SIGKILL)}
-	}
+	close(exited)
+	p.cmd.Wait()
 	p.status.Close()
 	// The helper was PID 1: its exit ended the namespace. The cgroup also
 	// holds anything that left it (setns), so end that too.
 	p.kill()
+	p.mu.Lock()
+	var dur time.Duration
+	if !p.start.IsZero() {
+		dur = time.Since(p.start)
+	}
+	p.mu.Unlock()
 	res := &Result{Branch: p.name, Index: p.spec.Index, ExitCode: st.Exit, Error: st.Error,
-		Duration: time.Since(p.start).Seconds(), Containment: ContainPIDNS, NoCgroup: p.noCgroup,
+		Duration: dur.Seconds(), Containment: ContainPIDNS, NoCgroup: p.noCgroup, Warnings: p.warnings,
 		DataPath: mounted.DataPath, Fallback: mounted.Fallback}
 	if p.cg != nil {
 		res.Containment = ContainCgroup
@@ -468,8 +611,15 @@ func (p *Proc) wait(ctx context.Context) {
 	p.mu.Lock()
 	res.TimedOut = p.timedOut
 	p.mu.Unlock()
+	if k := p.spec.keep; k != nil {
+		res.Stdout, res.Stderr = k.stdout.String(), k.stderr.String()
+	}
 	if p.score != nil {
-		res.Score = <-p.score
+		s := <-p.score
+		res.Score = s.v
+		if s.err != nil && res.Error == "" {
+			res.Error = s.err.Error()
+		}
 	}
 	p.res = res
 	close(p.done)
@@ -499,6 +649,9 @@ func (p *Proc) Wait() *Result {
 // failure (syscall.ESTALE: a sibling won) the branch stays.
 func (p *Proc) Commit() error {
 	r := p.Wait()
+	if p.name == "" {
+		return errors.New("commit: the run never started")
+	}
 	p.delta(r)
 	err := p.m.Commit(p.name)
 	if err == nil {
@@ -512,6 +665,9 @@ func (p *Proc) Commit() error {
 // it made.
 func (p *Proc) Abort() error {
 	r := p.Wait()
+	if p.name == "" {
+		return nil // it never started: there is no branch
+	}
 	p.delta(r)
 	err := p.m.Abort(p.name, true)
 	if err == nil || errors.Is(err, syscall.ENOENT) {
@@ -525,6 +681,9 @@ func (p *Proc) Abort() error {
 // Keep waits for the run and leaves its branch as it is.
 func (p *Proc) Keep() {
 	r := p.Wait()
+	if p.name == "" {
+		return
+	}
 	p.delta(r)
 	r.Outcome = Keep
 	p.created = false
@@ -560,12 +719,22 @@ func (p *Proc) end() {
 // Run runs a command in a branch and ends the branch as spec says.
 // The error is about the branch (it could not be made, committed or
 // aborted); how the command went is in the Result.
+//
+// When ctx ends before the command does, the run's processes are killed,
+// its branch is ended as for a failure, and the error wraps ctx.Err().
 func (m *Mount) Run(ctx context.Context, spec Spec) (*Result, error) {
 	p, err := m.Start(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
-	return p.Finish(spec.OnSuccess, spec.OnFailure)
+	r, err := p.Finish(spec.OnSuccess, spec.OnFailure)
+	if err == nil && ctx.Err() != nil && !r.Success() {
+		err = ctx.Err()
+	}
+	if err != nil {
+		err = fmt.Errorf("run: %w", err)
+	}
+	return r, err
 }
 
 // Finish waits for the run and ends its branch: onSuccess when the command
@@ -616,7 +785,7 @@ func ValidAction(a Action, success bool) error {
 	case a == Keep, success && a == Commit, !success && a == Abort:
 		return nil
 	case success:
-		return fmt.Errorf("on success: %q is not commit or keep", a)
+		return fmt.Errorf("%q is not commit or keep", a)
 	}
-	return fmt.Errorf("on failure: %q is not abort or keep", a)
+	return fmt.Errorf("%q is not abort or keep", a)
 }

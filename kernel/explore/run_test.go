@@ -308,11 +308,10 @@ func TestUserNamespace(t *testing.T) {
 	ws, view := filepath.Join(dir, "ws"), filepath.Join(dir, "ws", "@b")
 	must(t, os.MkdirAll(view, 0o755))
 	must(t, os.WriteFile(filepath.Join(view, "f"), []byte("view\n"), 0o644))
-	p := &Proc{m: &Mount{dir: ws}, name: "b", done: make(chan struct{})}
 	var out bytes.Buffer
-	p.spec = Spec{Args: sh("cat f; grep CapEff /proc/self/status; id -u"), Stdout: &out, Stderr: &out}
+	p := newProc(&Mount{dir: ws}, Spec{Args: sh("cat f; grep CapEff /proc/self/status; id -u"), Stdout: &out, Stderr: &out}, "b")
 	must(t, p.startHelper(ws, nil))
-	p.start = time.Now()
+	p.release()
 	go p.wait(context.Background())
 	res := p.Wait()
 	if want := "view\nCapEff:\t0000000000000000\n65534\n"; out.String() != want || !res.Success() {
@@ -339,6 +338,7 @@ func TestUnprivilegedRun(t *testing.T) {
 ` + binary + ` mount --base base mnt
 ` + binary + ` run --json mnt -- sh -c '` + strings.ReplaceAll(daemon(tok, dir+"/ready"), "'", `'"'"'`) + `; echo x > ` + dir + `/base/f' > out || true
 cat base/f
+` + binary + ` speculate -c true mnt > spec.out 2>&1 || true
 ` + binary + ` unmount mnt`
 	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script)
 	cmd.Dir = dir
@@ -351,6 +351,9 @@ cat base/f
 	must(t, json.Unmarshal([]byte(readFile(t, dir+"/out")), &res))
 	if !res.Committed || res.Containment != ContainPIDNS || !strings.Contains(string(out), "processes held by a pid namespace only") || !strings.HasSuffix(string(out), "x\n") {
 		t.Errorf("record %+v; output %s", res, out)
+	}
+	if got := readFile(t, dir+"/spec.out"); !strings.Contains(got, "branchfs: speculate: processes held by a pid namespace only") || !strings.Contains(got, "winner: 0") {
+		t.Errorf("speculate as nobody: %s", got)
 	}
 	if p := withToken(tok); len(p) > 0 {
 		t.Errorf("processes left: %q", p)
