@@ -19,6 +19,7 @@ import (
 // committed.
 func TestWaveStartsTogether(t *testing.T) {
 	tm := mountT(t)
+	tm.SetDataPath(DataPathFUSE) // the view, whose control file lists the branches
 	const n = 6
 	cands := make([][]string, n)
 	for i := range cands {

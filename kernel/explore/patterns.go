@@ -332,15 +332,6 @@ func (g *group) stop(keep int) {
 	}
 }
 
-// abortAll ends every run of the group and drops its branch.
-func (g *group) abortAll() {
-	g.stop(-1)
-	for i := range g.specs {
-		<-g.done(i)
-		g.proc(i).Abort()
-	}
-}
-
 // results waits for every run.
 func (g *group) results() []*Result {
 	out := make([]*Result, len(g.specs))

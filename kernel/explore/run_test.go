@@ -242,6 +242,7 @@ func TestPIDNamespaceFallback(t *testing.T) {
 func TestRunCLI(t *testing.T) {
 	tm := mountT(t)
 	cmd := exec.Command(binary, "run", "--json", "--on-failure", "keep", tm.mnt, "--", "sh", "-c", "echo out; echo x > "+tm.mnt+"/new; exit 7")
+	cmd.Dir = tm.mnt
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
