@@ -26,7 +26,7 @@ unmount_all() {
 
 # freshfs DIR: an ext4 file system of its own at DIR (a sparse image,
 # loop-mounted and detached at unmount), so that no inode it allocates was
-# freed recently (docs/performance.md, "What the tree workload measures").
+# freed recently (docs/performance.md, "How the bench measures").
 freshfs() {
 	mkdir -p "$1"
 	truncate -s 8G "$1.img"

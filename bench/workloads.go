@@ -471,7 +471,7 @@ func (b *bench) build() {
 // were deleted in the last minutes, ext4 passes over each of their inodes to
 // allocate one (recently_deleted), and a native extraction in the bench's
 // work directory took 8.4 s instead of 0.4 s, which pressed every ratio
-// towards 1 (docs/performance.md).
+// towards 1 (docs/performance-history.md).
 func (b *bench) tree() {
 	tarball := filepath.Join(b.work, "src.tar")
 	src := "src"
