@@ -109,11 +109,8 @@ func (s *Store) Commit(name string) (*CommitResult, error) {
 	if b.isMain() {
 		return nil, &BranchError{"commit", name, ErrMainView}
 	}
-	switch b.State() {
-	case Stale:
-		return nil, &BranchError{"commit", name, ErrStale}
-	case Committed, Aborted:
-		return nil, &BranchError{"commit", name, ErrGone}
+	if err := b.State().err(); err != nil {
+		return nil, &BranchError{"commit", name, err}
 	}
 	if b.liveChildren.Load() > 0 || b.held.Load() != nil {
 		return nil, &BranchError{"commit", name, ErrBusy}

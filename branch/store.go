@@ -70,6 +70,18 @@ func (s State) String() string {
 	return "aborted"
 }
 
+// err is what using a branch in state s fails with: nothing while it is
+// live, ErrStale once a sibling committed first, ErrGone once it ended.
+func (s State) err() error {
+	switch s {
+	case Live:
+		return nil
+	case Stale:
+		return ErrStale
+	}
+	return ErrGone
+}
+
 // formatVersion 3 marks tombstones and opaque directories as overlayfs
 // does (layer.go); Open converts a store of format 1 or 2 (markers.go).
 const formatVersion = 3
@@ -678,11 +690,8 @@ func (s *Store) Create(name, parent string) (*View, error) {
 	if s.opts.MaxBranches > 0 && s.countUnfinished() >= s.opts.MaxBranches {
 		return nil, &BranchError{"create", name, ErrTooMany}
 	}
-	switch p.State() {
-	case Stale:
-		return nil, &BranchError{"create child of", parent, ErrStale}
-	case Committed, Aborted:
-		return nil, &BranchError{"create child of", parent, ErrGone}
+	if err := p.State().err(); err != nil {
+		return nil, &BranchError{"create child of", parent, err}
 	}
 	if p.held.Load() != nil {
 		return nil, &BranchError{"create child of", parent, ErrBusy}

@@ -43,15 +43,7 @@ func (v *View) Name() string { return v.br.meta.Name }
 func (v *View) IsMain() bool { return v.br.isMain() }
 
 // Check fails with ErrStale or ErrGone once the branch can no longer be used.
-func (v *View) Check() error {
-	switch v.br.State() {
-	case Live:
-		return nil
-	case Stale:
-		return ErrStale
-	}
-	return ErrGone
-}
+func (v *View) Check() error { return v.br.State().err() }
 
 // CheckWritable also refuses writes to a view that has live children: they
 // see it as their lower layer, which must not move under them; to a view a
