@@ -331,23 +331,3 @@ func (f *FS) nodeOpened(n *Node, d int) {
 		}
 	}
 }
-
-// notifyOpen drops the cached attributes and pages of the open files of
-// the views named name that now fail, named or not, and stops their
-// handles from answering for a name.
-func (f *FS) notifyOpen(name string) {
-	var nodes []*Node
-	f.mu.Lock()
-	for v, m := range f.open {
-		if v.Name() == name && v.Check() != nil {
-			for n := range m {
-				nodes = append(nodes, n)
-			}
-		}
-	}
-	f.mu.Unlock()
-	for _, n := range nodes {
-		n.forgetTops()
-		n.NotifyContent(0, 0)
-	}
-}
