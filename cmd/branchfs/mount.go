@@ -358,8 +358,11 @@ again shows them. --store finds the daemon of a mount that no longer answers.`,
 			if err := unmount(mnt); err != nil {
 				return fmt.Errorf("unmount %s: %w", mnt, err)
 			}
-			if pid > 0 {
-				waitExit(pid, 10*time.Second)
+			// The next mount of the store needs the daemon gone, so
+			// wait for it however long its last writes take.
+			if pid > 0 && !waitExit(pid, 10*time.Second) {
+				fmt.Fprintf(os.Stderr, "unmount: waiting for the daemon (pid %d) to exit\n", pid)
+				waitExit(pid, 0)
 			}
 			return nil
 		},
@@ -406,32 +409,42 @@ func aliasStorage(c *cobra.Command) {
 	})
 }
 
-// waitExit waits up to timeout for process pid to exit. A pidfd becomes
+// waitExit waits up to timeout (0: for ever) for process pid to exit and
+// reports whether it did. A pidfd becomes
 // readable the moment it does, so the command returns then rather than at
 // the next tick of a polling loop; without a pidfd (kernels before 5.3)
 // it polls.
-func waitExit(pid int, timeout time.Duration) {
+func waitExit(pid int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err == nil {
 		defer unix.Close(fd)
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		deadline := time.Now().Add(timeout)
 		for {
-			left := time.Until(deadline)
-			if left <= 0 {
-				return
+			ms := -1
+			if timeout > 0 {
+				left := time.Until(deadline)
+				if left <= 0 {
+					return false
+				}
+				ms = int(left.Milliseconds()) + 1
 			}
-			if _, err := unix.Poll(fds, int(left.Milliseconds())+1); err != unix.EINTR {
-				return
+			n, err := unix.Poll(fds, ms)
+			if err != unix.EINTR {
+				return err != nil || n > 0
 			}
 		}
 	}
 	if errors.Is(err, unix.ESRCH) {
-		return // already gone
+		return true // already gone
 	}
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline) && syscall.Kill(pid, 0) == nil; {
+	for syscall.Kill(pid, 0) == nil {
+		if timeout > 0 && time.Now().After(deadline) {
+			return false
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return true
 }
 
 func unmount(mnt string) error {
