@@ -6,10 +6,10 @@ import (
 	"path"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 
+	"github.com/branchfs/branchfs/internal/lockcheck"
 	"golang.org/x/sys/unix"
 )
 
@@ -53,9 +53,9 @@ type layer struct {
 	dev   uint64
 	delta bool // whiteouts and opaque markers are meaningful here
 
-	mu     sync.Mutex   // serializes making an absent layer's directory
-	rootFd atomic.Int64 // O_PATH descriptor of dir; -1 while absent or closed
-	dirs   dirFds       // of a view's own delta layer (see dirFd)
+	mu     lockcheck.Mutex[lockcheck.LayerMake] // serializes making an absent layer's directory
+	rootFd atomic.Int64                         // O_PATH descriptor of dir; -1 while absent or closed
+	dirs   dirFds                               // of a view's own delta layer (see dirFd)
 }
 
 // dirFds keeps O_PATH descriptors of the directories of a view's own delta
@@ -67,7 +67,7 @@ type layer struct {
 // forgets them; a request that took a descriptor before runs concurrently
 // with that change, and may see the directory as it was.
 type dirFds struct {
-	mu   sync.Mutex
+	mu   lockcheck.Mutex[lockcheck.LayerDirs]
 	ents [4]*dirFd
 	next int    // the entry replaced next
 	gen  uint64 // counts forget calls

@@ -39,10 +39,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/branchfs/branchfs/internal/lockcheck"
 	"github.com/branchfs/branchfs/internal/safedir"
 	"github.com/google/renameio/v2"
 	"golang.org/x/sys/unix"
@@ -123,7 +123,7 @@ type Store struct {
 	// mu is held shared by every view operation and exclusively by create,
 	// commit and abort, so that no operation sees half of a commit and a
 	// child never starts from half of a parent's write.
-	mu       sync.RWMutex
+	mu       lockcheck.RWMutex[lockcheck.Store]
 	dir      string
 	lockFile *os.File
 	meta     storeMeta
@@ -1005,6 +1005,7 @@ func (s *Store) List(all bool) []Info {
 // wait behind a writer that waits for the first.
 // Preconditions: s.mu held (View.Lock).
 func (s *Store) LiveNamesLocked() []string {
+	s.mu.AssertHeld()
 	var out []string
 	for _, n := range s.sortedNames() {
 		if s.branches[n].State() == Live {

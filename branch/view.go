@@ -7,6 +7,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/branchfs/branchfs/internal/lockcheck"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,7 +26,7 @@ type View struct {
 	layers []*layer // top (writable) first
 	id     uint64
 
-	cacheMu  sync.Mutex
+	cacheMu  lockcheck.Mutex[lockcheck.ViewCache]
 	cacheGen uint64
 	dirs     map[string][]int  // directory -> indices of the layers it merges
 	links    map[string]uint64 // merged directory -> subdirectories it lists (countLinks)

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/internal/lockcheck"
 	"github.com/branchfs/branchfs/kernel"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -110,7 +110,7 @@ func (n *Node) Ioctl(ctx context.Context, f gofs.FileHandle, cmd uint32, arg uin
 
 type ctlHandle struct {
 	ctl  *ctlNode
-	mu   sync.Mutex
+	mu   lockcheck.Mutex[lockcheck.CtlAnswer]
 	resp []byte
 }
 

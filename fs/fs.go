@@ -1,18 +1,41 @@
 // Package fs serves a branch store over FUSE: the base at the mount point,
 // each branch at MNT/@NAME. It is glue: every decision about what a path
 // means is made in package branch.
+//
+// Locking. The lock order, outermost first; a lock is taken only while
+// holding locks above it, and internal/lockcheck checks that in
+// race-enabled builds:
+//
+//	ctlHandle.mu           a control handle's answer, across the list it runs
+//	branch.Store.mu        through View.Lock and LockRoot (Node.begin), and
+//	                       in the Store methods the commands call
+//	  Node.openMu          a node's open handles
+//	    FS.passMu          handles that write through passthrough
+//	  FS.mu                nodes and open handles by view
+//	  FS.holdMu            the holds of kernel-path runs
+//
+// A request takes Store.mu once, in Node.begin or View.Lock: under it, call
+// view methods and the store's ...Locked methods, never a Store method that
+// locks. Most requests are answered on the request loop's only reader
+// (package transport), which reads nothing else while it waits: nothing
+// may wait, holding Store.mu, for a request to be answered. So no
+// notification goes to the kernel under it (the kernel may wait for a
+// directory lock that a process holds while its request waits to be read):
+// a copy-up notifies from a goroutine of its own (Node.replaced), and the
+// commands notify after the store's lock is released, inside
+// Loop.ServeWhile, with a second reader answering meanwhile.
 package fs
 
 import (
 	"fmt"
 	"log"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/branchfs/branchfs/branch"
 	"github.com/branchfs/branchfs/fs/transport"
+	"github.com/branchfs/branchfs/internal/lockcheck"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -83,7 +106,7 @@ type FS struct {
 	start time.Time
 	owner uint32 // the user who mounted: the daemon's
 
-	mu  sync.Mutex
+	mu  lockcheck.Mutex[lockcheck.Nodes]
 	use map[*branch.View]*viewUse
 	// open holds the nodes with open file handles, by view: those whose
 	// names are gone are in no tree that notifyTree walks.
@@ -92,10 +115,10 @@ type FS struct {
 
 	trimming atomic.Bool
 
-	passMu      sync.Mutex
+	passMu      lockcheck.Mutex[lockcheck.PassWriters]
 	passWriters map[string]int // by view name: handles that write through passthrough
 
-	holdMu sync.Mutex
+	holdMu lockcheck.Mutex[lockcheck.Holds]
 	holds  map[string]*holder // by branch name: kernel-path runs (hold.go)
 }
 
@@ -117,7 +140,11 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 	}
 	f := &FS{store: store, opts: opts, start: time.Now(), owner: uint32(os.Geteuid()), use: map[*branch.View]*viewUse{}}
 	f.root = &Node{fsys: f, view: store.Main(), viewRoot: true}
+	if err := store.Main().Lock(); err != nil {
+		return nil, err
+	}
 	root, err := store.Main().Lookup("")
+	store.Main().Unlock()
 	if err != nil {
 		return nil, err
 	}

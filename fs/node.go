@@ -3,10 +3,10 @@ package fs
 import (
 	"context"
 	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/internal/lockcheck"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -21,7 +21,7 @@ type Node struct {
 
 	// Open handles by kind: the kernel requires every open of an inode to
 	// agree on passthrough with the ones already open.
-	openMu     sync.Mutex
+	openMu     lockcheck.Mutex[lockcheck.NodeOpen]
 	openDirect int
 	openPass   int
 	// file is the file n stands for (View.Identity); under openMu. It

@@ -72,7 +72,11 @@ func (n *Node) lookupBranch(ctx context.Context, name string, out *fuse.EntryOut
 		return nil, syscall.ENOENT
 	}
 	// A stale branch stays reachable: it can still be aborted.
+	if err := v.LockRoot(); err != nil {
+		return nil, syscall.ENOENT
+	}
 	e, err := v.Stat("")
+	v.Unlock()
 	if err != nil {
 		return nil, toErrno(err)
 	}

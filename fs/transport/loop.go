@@ -2,6 +2,24 @@
 // RawFileSystem: the daemon's own request loop (Loop), and the answers it
 // gives below go-fuse's node API (Wrap). It decides nothing about
 // branches.
+//
+// Locking. The lock order, outermost first; internal/lockcheck checks it in
+// race-enabled builds:
+//
+//	rawDirs.mu             across a directory read without a handle, and so
+//	                       around the file system's locks (branch.Store.mu)
+//	Loop.writeMu           leaves, around nothing
+//	Loop.directMu
+//	Loop.bufMu
+//
+// The reader is a lock of its own kind: Loop.Serve has one, and while it
+// answers a request, no other is read, not even an INTERRUPT, a FORGET or
+// the one a notification waits for. The file system may make it wait only
+// for what needs nothing from it: a lock whose holder sends no
+// notification and reads nothing through the mount (package fs), and then
+// for no longer than the holder's own work. Requests that may take long
+// (mayBlock) go to workers; a file system's notifications that may wait for
+// a request run inside ServeWhile.
 package transport
 
 import (
@@ -17,6 +35,7 @@ import (
 	"unsafe"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/internal/lockcheck"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
@@ -53,7 +72,7 @@ type Loop struct {
 	idle unix.Timespec
 
 	bufSize int
-	bufMu   sync.Mutex
+	bufMu   lockcheck.Mutex[lockcheck.LoopBufs]
 	bufs    []*loopBuf // free buffers
 
 	workers sync.WaitGroup
@@ -63,7 +82,7 @@ type Loop struct {
 	// Handles open for writing, by file handle (their node IDs) and by
 	// node ID (how many), from CREATE and OPEN replies and RELEASE
 	// requests: see writerChange.
-	writeMu   sync.Mutex
+	writeMu   lockcheck.Mutex[lockcheck.LoopWriters]
 	writeFhs  map[uint64]uint64
 	writeNids map[uint64]int
 
@@ -77,7 +96,7 @@ type Loop struct {
 	// The requests being answered directly (interruptsDirect): by
 	// Serve's reader (0 when none), and by workers and ServeWhile's readers.
 	readerUnique atomic.Uint64
-	directMu     sync.Mutex
+	directMu     lockcheck.Mutex[lockcheck.LoopDirect]
 	directOthers []uint64
 }
 

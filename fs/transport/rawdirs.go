@@ -1,9 +1,9 @@
 package transport
 
 import (
-	"sync"
 	"syscall"
 
+	"github.com/branchfs/branchfs/internal/lockcheck"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
@@ -23,7 +23,7 @@ type rawDirs struct {
 	// system's: two readers (Loop.ServeWhile) listing one directory at
 	// once would share its handle, and one would release it under the
 	// other. Reads come one at a time from the loop's one reader anyway.
-	mu   sync.Mutex
+	mu   lockcheck.Mutex[lockcheck.RawDirs]
 	open map[uint64]uint64 // directory node -> handle serving handle-0 reads
 }
 
