@@ -17,16 +17,30 @@
 //	STORE/stage/               commits' stages (stage.go)
 //	STORE/base-stages/NAME     a stage this store made in the base (stage.go)
 //
-// Locking. Store.mu is the outermost lock. Every view operation holds it
-// shared, from its first lookup to its last change (View.Lock, LockRoot),
-// and so does every change to an open File's data (File.lockWritable);
-// create, commit, abort and close hold it exclusively, so that no operation
-// sees half of a commit. Inside it, and never around it, are leaves under
-// which no other lock is taken: View.cacheMu (a view's cache of directory
-// layering) and layer.mu (making a branch's delta directory at its first
-// write); and in the FUSE glue Node.openMu (a node's open handles, then
-// FS.passMu) and FS.mu (the inode budget). Methods named ...Locked, and
-// those whose "Preconditions:" say so, expect the caller to hold Store.mu.
+// Locking. The lock order, outermost first; a lock is taken only while
+// holding locks above it, and internal/lockcheck checks that in
+// race-enabled builds:
+//
+//	Store.mu
+//	  layer.mu       making a branch's delta directory at its first write
+//	  View.cacheMu   a view's cache of directory layering
+//	  dirFds.mu      a delta layer's kept directory descriptors
+//
+// Every view operation holds Store.mu shared, from its first lookup to its
+// last change (View.Lock, LockRoot), and so does every change to an open
+// File's data (File.lockWritable); create, commit, abort, hold, release and
+// close hold it exclusively, so that no operation sees half of a commit.
+// The locks below it are leaves: nothing is taken under them. Package fs
+// nests locks of its own inside Store.mu (see its documentation).
+//
+// No goroutine takes Store.mu while it holds it, shared or not: Go's
+// RWMutex lets no reader past a waiting writer, and the writer waits for
+// the first hold, so a second would wait for ever. Methods named ...Locked,
+// and those whose "Preconditions:" say so, expect the caller to hold
+// Store.mu and never take it. Background work (emptying the trash) takes it
+// only when it is free (TryLock): waiting, it would hold up every operation
+// behind the longest one in flight. Nothing walks a tree under it that it
+// need not: List counts deltas after releasing it.
 package branch
 
 import (
@@ -813,22 +827,31 @@ func (s *Store) emptyTrashLater() {
 
 func (s *Store) emptyTrash() {
 	// Again while more arrives, a few times: an entry that cannot be
-	// removed must not keep it spinning.
+	// removed must not keep it spinning. The store's lock only when
+	// nothing holds it: waiting for it, this background job would hold up
+	// every view operation that comes after it (Go's RWMutex lets no
+	// reader past a waiting writer) for as long as the longest one in
+	// flight, a copy-up of a large file, say.
+	swept := false
 	for pass := 0; pass < 3; pass++ {
-		s.mu.Lock()
-		s.trashLeftovers()
-		if pass == 0 && s.stagesLeft.Load() && !s.closed {
-			s.sweepBaseStages()
+		if s.mu.TryLock() {
+			s.trashLeftovers()
+			if !swept && s.stagesLeft.Load() && !s.closed {
+				s.sweepBaseStages()
+			}
+			swept = true
+			s.mu.Unlock()
 		}
-		s.mu.Unlock()
 		if emptyDir(filepath.Join(s.dir, "trash")) == 0 {
 			break
 		}
 	}
 	s.emptying.Store(false)
-	s.mu.Lock()
-	more := len(s.leftovers) > 0
-	s.mu.Unlock()
+	more := true // unknown while the lock is held: look again later
+	if s.mu.TryLock() {
+		more = len(s.leftovers) > 0
+		s.mu.Unlock()
+	}
 	if more {
 		s.emptyTrashLater()
 	}
@@ -978,24 +1001,30 @@ type Info struct {
 // latest finished ones, oldest first (the log keeps them across mounts).
 func (s *Store) List(all bool) []Info {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
 	out := []Info{{Name: MainName, State: Live.String(), Epoch: s.main.epoch()}}
 	names := make([]string, 0, len(s.branches))
 	for n := range s.branches {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	var open []int // the entries of out whose deltas are counted
 	for _, n := range names {
 		b := s.branches[n]
-		in := Info{Name: n, Parent: b.meta.Parent, State: b.State().String(), Epoch: b.epoch(), Created: b.meta.Created,
-			Held: b.held.Load() != nil}
 		if b.view != nil {
-			in.DeltaBytes, in.DeltaFiles = duTree(s.deltaDir(n))
+			open = append(open, len(out))
 		}
-		out = append(out, in)
+		out = append(out, Info{Name: n, Parent: b.meta.Parent, State: b.State().String(), Epoch: b.epoch(),
+			Created: b.meta.Created, Held: b.held.Load() != nil})
 	}
 	if all {
 		out = append(out, s.history...)
+	}
+	s.mu.RUnlock()
+	// Counting walks each delta: under the lock, a commit would wait for
+	// the walks, and every operation for the commit. A delta that changes
+	// meanwhile counts what the walk saw.
+	for _, i := range open {
+		out[i].DeltaBytes, out[i].DeltaFiles = duTree(s.deltaDir(out[i].Name))
 	}
 	return out
 }
