@@ -133,4 +133,8 @@ func TestImagesListsPublishedOnly(t *testing.T) {
 	if all, _ := Images(store, "a"); len(all) != 2 {
 		t.Errorf("a failed publish left %d images", len(all))
 	}
+	mustOK(t, os.WriteFile(BranchDataDir(store, "f"), nil, 0o600))
+	if _, err := PublishImage(store, stageWith(t, store, "f", "x"), ImageMeta{Branch: "f"}); err == nil {
+		t.Error("publishing where the branch's data directory is a file succeeded")
+	}
 }
