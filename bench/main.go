@@ -23,6 +23,10 @@ func runtimeGOROOT() string {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == workerArg {
+		runWorker() // inside a run: see inrun.go
+		return
+	}
 	out := flag.String("out", "bench/results", "where RESULTS.md and results.svg go")
 	quick := flag.Bool("quick", false, "smaller sizes, for a smoke run")
 	only := flag.String("only", "", "run only these workloads (comma-separated: create,commit,io,meta,tree,build,depth,memory)")

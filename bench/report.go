@@ -176,6 +176,7 @@ func (b *bench) targets() []target {
 			check(cas+" in a branch ≤ 2x native", v <= 2*n, "%.2fx native", v/n)
 		}
 	}
+	b.kernelPathTargets(check)
 	if d1, ok := med("first stat of a file, depth 1", sysBranch); ok {
 		d16, _ := med("first stat of a file, depth 16", sysBranch)
 		check("depth-16 lookups ≤ 1.2x depth 1", d16 <= 1.2*d1, "%.2fx (%.1f vs %.1f µs)", d16/d1, d16, d1)

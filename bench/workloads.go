@@ -216,9 +216,11 @@ func (b *bench) throughput() {
 	ovl := b.mountOverlay("io-ovl", base)
 	kovl := b.mountKernelOverlay("io-kovl", base)
 	ba, _ := createBranch(auto)
+	br, _ := createBranch(auto)
+	rw := b.startWorker(auto, br)
 	views := []view{
-		{sysNative, base}, {sysMain, auto}, {sysBranch, filepath.Join(auto, "@"+ba)},
-		{sysOverlay, ovl}, {sysKOverlay, kovl},
+		{sysNative, base, nil}, {sysMain, auto, nil}, {sysBranch, filepath.Join(auto, "@"+ba), nil},
+		{sysOverlay, ovl, nil}, {sysKOverlay, kovl, nil}, {sysRun, auto, rw},
 	}
 	mb := float64(size) / (1 << 20)
 	for _, cache := range []string{"cold", "warm"} {
@@ -228,6 +230,11 @@ func (b *bench) throughput() {
 	}
 	// Copy the file up, then read the copy.
 	for _, v := range views[2:] {
+		if v.w != nil {
+			s := v.w.do(workerRequest{Op: "openrw", Path: filepath.Join(v.dir, "big")})
+			b.add("copy-up", fmt.Sprintf("copy-up of %.0f MB on first write", mb), v.system, "ms", []float64{s * 1e3})
+			continue
+		}
 		start := time.Now()
 		f, err := os.OpenFile(filepath.Join(v.dir, "big"), os.O_RDWR, 0)
 		must(err)
@@ -248,6 +255,7 @@ func (b *bench) throughput() {
 			b.add("read", "copied-up file, "+cache+" cache", v.system, "MB/s", s)
 		}, mb, cache == "cold")
 	}
+	rw.end()
 	b.unmount(auto)
 	b.unmount(ovl)
 	b.unmount(kovl)
@@ -259,23 +267,45 @@ func (b *bench) throughput() {
 	wname, _ := createBranch(wb)
 	wovl := b.mountOverlay("io-wovl", b.dir("io-wbase3"))
 	wkovl := b.mountKernelOverlay("io-wkovl", b.dir("io-wbase4"))
-	for _, v := range []view{{sysNative, b.dir("io-wnative")}, {sysMain, wmain},
-		{sysBranch, filepath.Join(wb, "@"+wname)}, {sysOverlay, wovl}, {sysKOverlay, wkovl}} {
+	wr := b.mountBranchfs("io-wrun", b.dir("io-wbase5"), "auto")
+	wrname, _ := createBranch(wr)
+	wrw := b.startWorker(wr, wrname)
+	for _, v := range []view{{sysNative, b.dir("io-wnative"), nil}, {sysMain, wmain, nil},
+		{sysBranch, filepath.Join(wb, "@"+wname), nil}, {sysOverlay, wovl, nil}, {sysKOverlay, wkovl, nil}, {sysRun, wr, wrw}} {
 		var s []float64
 		for r := 0; r < 3; r++ {
 			p := filepath.Join(v.dir, "out"+strconv.Itoa(r))
+			if v.w != nil {
+				s = append(s, mb/v.w.do(workerRequest{Op: "write", Path: p, Size: size}))
+				continue
+			}
 			s = append(s, mb/writeFile(p, size))
 			os.Remove(p)
 		}
 		b.add("write", "new file, written and fsynced", v.system, "MB/s", s)
 	}
+	wrw.end()
 	b.unmount(wmain)
 	b.unmount(wb)
 	b.unmount(wovl)
 	b.unmount(wkovl)
+	b.unmount(wr)
 }
 
-type view struct{ system, dir string }
+// view is a system's directory; with w, a kernel-path run's, which w
+// works in.
+type view struct {
+	system, dir string
+	w           *worker
+}
+
+// read is readFile of the view's file p.
+func (v view) read(p string, cold bool) float64 {
+	if v.w != nil {
+		return v.w.do(workerRequest{Op: "read", Path: p, Cold: cold})
+	}
+	return readFile(p, cold)
+}
 
 // turns is the order in which n systems (or depths, or base sizes) are
 // measured in round r. They take turns round after round, so that the
@@ -299,7 +329,7 @@ func readRounds(views []view, report func(v view, mbps []float64), mb float64, c
 	}
 	for r := 0; r < rounds; r++ {
 		for _, i := range turns(r, len(views)) {
-			samples[i] = append(samples[i], mb/readFile(filepath.Join(views[i].dir, "big"), cold))
+			samples[i] = append(samples[i], mb/views[i].read(filepath.Join(views[i].dir, "big"), cold))
 		}
 	}
 	for i, v := range views {
@@ -369,8 +399,8 @@ func (b *bench) metadata() {
 	mnt := b.mountBranchfs("meta", base, "auto")
 	ovl := b.mountOverlay("meta-ovl", base)
 	name, _ := createBranch(mnt)
-	views := []view{{sysNative, base}, {sysMain, mnt},
-		{sysBranch, filepath.Join(mnt, "@"+name)}, {sysOverlay, ovl}}
+	views := []view{{sysNative, base, nil}, {sysMain, mnt, nil},
+		{sysBranch, filepath.Join(mnt, "@"+name), nil}, {sysOverlay, ovl, nil}}
 	// Systems take turns (see turns). Round 0 fills the caches and is not
 	// counted. A round takes about a third of a second. git status varies
 	// by a tenth from one round to the next here, while branchfs and
@@ -431,10 +461,21 @@ func (b *bench) build() {
 	name, _ := createBranch(wb)
 	wovl := b.mountOverlay("build-ovl", b.dir("build-base3"))
 	wkovl := b.mountKernelOverlay("build-kovl", b.dir("build-base4"))
-	views := []view{{sysNative, b.dir("build-native")}, {sysMain, wmain},
-		{sysBranch, filepath.Join(wb, "@"+name)}, {sysOverlay, wovl}, {sysKOverlay, wkovl}}
+	wr := b.mountBranchfs("build-run", b.dir("build-base5"), "auto")
+	rname, _ := createBranch(wr)
+	rw := b.startWorker(wr, rname)
+	views := []view{{sysNative, b.dir("build-native"), nil}, {sysMain, wmain, nil},
+		{sysBranch, filepath.Join(wb, "@"+name), nil}, {sysOverlay, wovl, nil}, {sysKOverlay, wkovl, nil},
+		{sysRun, wr, rw}}
 	for _, v := range views {
 		root := filepath.Join(v.dir, "go")
+		if v.w != nil {
+			v.w.do(workerRequest{Op: "exec", Dir: v.dir, Args: []string{"mkdir", "-p", root}})
+			syncFS()
+			s := v.w.do(workerRequest{Op: "exec", Dir: root, Args: []string{"tar", "-xf", tarball}})
+			b.add("build", "extract Go distribution", v.system, "s", []float64{s})
+			continue
+		}
 		must(os.MkdirAll(root, 0o755))
 		syncFS()
 		start := time.Now()
@@ -445,9 +486,16 @@ func (b *bench) build() {
 	for r := 0; r < 3; r++ {
 		for _, i := range turns(r, len(views)) {
 			root, cache := filepath.Join(views[i].dir, "go"), filepath.Join(views[i].dir, "cache")
+			env := []string{"GOROOT=" + root, "GOCACHE=" + cache, "GOFLAGS=", "GOTOOLCHAIN=local", "CGO_ENABLED=0"}
+			if w := views[i].w; w != nil {
+				w.do(workerRequest{Op: "exec", Dir: views[i].dir, Args: []string{"rm", "-rf", cache}})
+				syncFS()
+				samples[i] = append(samples[i], w.do(workerRequest{Op: "exec", Dir: filepath.Join(root, "src"), Env: env,
+					Args: []string{filepath.Join(root, "bin", "go"), "build", "-o", "/dev/null", "./cmd/gofmt"}}))
+				continue
+			}
 			must(os.RemoveAll(cache))
 			syncFS()
-			env := []string{"GOROOT=" + root, "GOCACHE=" + cache, "GOFLAGS=", "GOTOOLCHAIN=local", "CGO_ENABLED=0"}
 			start := time.Now()
 			must(run(filepath.Join(root, "src"), env, filepath.Join(root, "bin", "go"), "build", "-o", "/dev/null", "./cmd/gofmt"))
 			samples[i] = append(samples[i], usSince(start)/1e6)
@@ -456,10 +504,12 @@ func (b *bench) build() {
 	for i, v := range views {
 		b.add("build", "build cmd/gofmt from the extracted tree", v.system, "s", samples[i])
 	}
+	rw.end()
 	b.unmount(wmain)
 	b.unmount(wb)
 	b.unmount(wovl)
 	b.unmount(wkovl)
+	b.unmount(wr)
 }
 
 // tree: what agents do to many small files, in a branch view against
@@ -479,26 +529,33 @@ func (b *bench) tree() {
 		src = "src/go" // a tenth of it
 	}
 	must(run(runtimeGOROOT(), nil, "tar", "-cf", tarball, src))
-	systems := []string{sysNative, sysBranch, sysOverlay, sysKOverlay}
+	systems := []string{sysNative, sysBranch, sysOverlay, sysKOverlay, sysRun}
 	rounds := 5
 	if b.quick {
 		rounds = 2
 	}
 	extract, cp, rm := make([][]float64, len(systems)), make([][]float64, len(systems)), make([][]float64, len(systems))
+	commits := make([][]float64, len(systems))
 	for r := 0; r < rounds; r++ {
 		for _, i := range turns(r, len(systems)) {
 			fs, release := b.freshFS(fmt.Sprintf("tree-fs-%d-%d", r, i))
 			base := filepath.Join(fs, "base")
 			must(os.Mkdir(base, 0o755))
 			var d string
-			var mnt string
+			var mnt, name string
+			var w *worker
 			switch systems[i] {
 			case sysNative:
 				d = filepath.Join(fs, "native")
 			case sysBranch:
 				mnt = b.mountBranchfsStore(fmt.Sprintf("tree-%d", r), base, filepath.Join(fs, "store"), "auto")
-				name, _ := createBranch(mnt)
+				name, _ = createBranch(mnt)
 				d = filepath.Join(mnt, "@"+name, "x")
+			case sysRun:
+				mnt = b.mountBranchfsStore(fmt.Sprintf("tree-run-%d", r), base, filepath.Join(fs, "store"), "auto")
+				name, _ = createBranch(mnt)
+				w = b.startWorker(mnt, name)
+				d = filepath.Join(mnt, "x") // MNT shows the branch in the run
 			case sysOverlay:
 				mnt = b.mountOverlayDirs(false, fmt.Sprintf("tree-ovl-%d", r), base, filepath.Join(fs, "upper"), filepath.Join(fs, "work"))
 				d = filepath.Join(mnt, "x")
@@ -506,12 +563,19 @@ func (b *bench) tree() {
 				mnt = b.mountOverlayDirs(true, fmt.Sprintf("tree-kovl-%d", r), base, filepath.Join(fs, "upper"), filepath.Join(fs, "work"))
 				d = filepath.Join(mnt, "x")
 			}
-			must(os.Mkdir(d, 0o755))
+			if w != nil {
+				w.do(workerRequest{Op: "exec", Dir: mnt, Args: []string{"mkdir", d}})
+			} else {
+				must(os.Mkdir(d, 0o755))
+			}
 			// syncfs of the view's file system and of the one under it,
 			// not sync: that would also write back whatever else the
 			// machine has dirty.
 			syncDir := func() { exec.Command("sync", "-f", d, fs).Run() }
 			timed := func(args ...string) float64 {
+				if w != nil {
+					return w.do(workerRequest{Op: "exec", Dir: d, Args: args, Sync: []string{d, fs}})
+				}
 				syncDir()
 				start := time.Now()
 				must(run(d, nil, args[0], args[1:]...))
@@ -521,6 +585,16 @@ func (b *bench) tree() {
 			extract[i] = append(extract[i], timed("tar", "-xf", tarball))
 			cp[i] = append(cp[i], timed("cp", "-a", "src", "copy"))
 			rm[i] = append(rm[i], timed("rm", "-rf", "copy"))
+			if w != nil {
+				w.end()
+			}
+			if name != "" {
+				// What the branch holds now, the extracted tree, into
+				// the base: the same change, made through the view or
+				// by the kernel in a run.
+				syncFS()
+				commits[i] = append(commits[i], 1e3*commitTimed(mnt, name))
+			}
 			if mnt != "" {
 				b.unmount(mnt)
 			}
@@ -531,6 +605,9 @@ func (b *bench) tree() {
 		b.add("tree", caseExtract, sys, "s", extract[i])
 		b.add("tree", caseCopy, sys, "s", cp[i])
 		b.add("tree", caseRemove, sys, "s", rm[i])
+		if commits[i] != nil {
+			b.add("tree", caseCommitTree, sys, "ms", commits[i])
+		}
 	}
 }
 
@@ -564,6 +641,9 @@ const (
 	caseExtract = "extract Go's src/ (tar -x, syncfs)"
 	caseCopy    = "copy it in the view (cp -a, syncfs)"
 	caseRemove  = "remove the copy (rm -rf, syncfs)"
+	// caseCommitTree: the commit, through the ioctl, of what the branch
+	// then holds: the extracted tree.
+	caseCommitTree = "commit the extracted src/ into the base"
 )
 
 // lookupDepth: first lookups of files through 1 to 16 nested branches.
