@@ -372,8 +372,6 @@ func TestNotifyWhileRootLookupsWait(t *testing.T) {
 				return err
 			}
 			for i := 0; i < 100; i++ {
-				// Through the control files, whose writes are answered on
-				// the daemon's reader.
 				if err := os.WriteFile(filepath.Join(x, fmt.Sprintf("new-%d", i)), nil, 0o644); err != nil {
 					return err
 				}
@@ -405,47 +403,9 @@ func TestNotifyWhileRootLookupsWait(t *testing.T) {
 // requests meanwhile (fs/transport/loop.go answers such opens on goroutines).
 func TestCopyUpHoldsUpNoOtherRequest(t *testing.T) {
 	m := newMount(t, "")
-	f, err := os.Create(filepath.Join(m.base, "big"))
-	must(t, err)
-	chunk := bytes.Repeat([]byte("x"), 1<<20)
-	for i := 0; i < 256; i++ {
-		_, err := f.Write(chunk)
-		must(t, err)
-	}
-	must(t, f.Close())
+	bigFile(t, filepath.Join(m.base, "big"), 256)
 	x := m.create("x")
-	pid, err := os.ReadFile(filepath.Join(m.store, "daemon.pid"))
-	must(t, err)
-	fds := filepath.Join("/proc", strings.TrimSpace(string(pid)), "fd")
-	// The copy goes to an unnamed file in the delta until it is complete.
-	copying := func() bool {
-		entries, _ := os.ReadDir(fds)
-		for _, e := range entries {
-			target, _ := os.Readlink(filepath.Join(fds, e.Name()))
-			if strings.HasPrefix(target, m.store) && strings.HasSuffix(target, " (deleted)") {
-				return true
-			}
-		}
-		return false
-	}
-	opened := make(chan error, 1)
-	go func() {
-		f, err := os.OpenFile(filepath.Join(x, "big"), os.O_WRONLY, 0)
-		if err == nil {
-			f.Close()
-		}
-		opened <- err
-	}()
-	for deadline := time.Now().Add(10 * time.Second); !copying(); {
-		select {
-		case err := <-opened:
-			t.Fatalf("the open returned (%v) before its copy-up was seen", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no copy-up seen")
-		}
-	}
+	_, opened := copyUpInFlight(t, m, filepath.Join(x, "big"))
 	// Lookups of names nobody asked for yet: each one a request.
 	for i := 0; i < 5; i++ {
 		if _, err := os.Lstat(filepath.Join(x, fmt.Sprintf("missing-%d", i))); !errors.Is(err, os.ErrNotExist) {
@@ -458,6 +418,59 @@ func TestCopyUpHoldsUpNoOtherRequest(t *testing.T) {
 	default:
 		must(t, <-opened)
 	}
+}
+
+// bigFile writes a file of mib MiB.
+func bigFile(t *testing.T, p string, mib int) {
+	t.Helper()
+	f, err := os.Create(p)
+	must(t, err)
+	chunk := bytes.Repeat([]byte("x"), 1<<20)
+	for i := 0; i < mib; i++ {
+		_, err := f.Write(chunk)
+		must(t, err)
+	}
+	must(t, f.Close())
+}
+
+// copyUpInFlight opens p, a large file of a branch's lower layer, for
+// writing, and returns once the daemon is copying it up: copying reports
+// whether it still is, and opened the open's outcome once it is done.
+func copyUpInFlight(t *testing.T, m *mount, p string) (copying func() bool, opened <-chan error) {
+	t.Helper()
+	pid, err := os.ReadFile(filepath.Join(m.store, "daemon.pid"))
+	must(t, err)
+	fds := filepath.Join("/proc", strings.TrimSpace(string(pid)), "fd")
+	// The copy goes to an unnamed file in the delta until it is complete.
+	copying = func() bool {
+		entries, _ := os.ReadDir(fds)
+		for _, e := range entries {
+			target, _ := os.Readlink(filepath.Join(fds, e.Name()))
+			if strings.HasPrefix(target, m.store) && strings.HasSuffix(target, " (deleted)") {
+				return true
+			}
+		}
+		return false
+	}
+	done := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err == nil {
+			f.Close()
+		}
+		done <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !copying(); {
+		select {
+		case err := <-done:
+			t.Fatalf("the open returned (%v) before its copy-up was seen", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no copy-up seen")
+		}
+	}
+	return copying, done
 }
 
 func TestBadInput(t *testing.T) {

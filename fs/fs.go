@@ -23,7 +23,10 @@
 // directory lock that a process holds while its request waits to be read):
 // a copy-up notifies from a goroutine of its own (Node.replaced), and the
 // commands notify after the store's lock is released, inside
-// Loop.ServeWhile, with a second reader answering meanwhile.
+// Loop.ServeWhile. The commands themselves, which wait for the store's
+// lock exclusively and so for every operation in flight, are answered on
+// workers (Loop.SlowFiles: the control files' reads and writes, and
+// ioctls), not on the reader.
 package fs
 
 import (
@@ -200,6 +203,7 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		return nil, err
 	}
 	f.loop = loop
+	loop.SlowFiles(ControlIno) // commands, which may wait for the store's lock
 	go loop.Serve()
 	return f, nil
 }

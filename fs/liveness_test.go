@@ -259,3 +259,60 @@ func TestListingBesideBranchChanges(t *testing.T) {
 		t.Errorf("branches left: %s", got)
 	}
 }
+
+// TestCommandHoldsUpNoOtherRequest: a command that waits for the store's
+// lock (a create, behind the copy-up of a large file in another branch,
+// which holds the lock shared) holds up no request that does not need the
+// lock: a statfs of the mount is answered meanwhile. Answered on the
+// request loop's only reader, the command made it read nothing until the
+// copy-up had ended.
+func TestCommandHoldsUpNoOtherRequest(t *testing.T) {
+	for _, via := range []string{"ioctl", "control file"} {
+		t.Run(via, func(t *testing.T) {
+			dir := t.TempDir()
+			must(t, os.Chmod(dir, 0o755))
+			// --debug logs each request as it is read.
+			m := &mount{t: t, base: filepath.Join(dir, "base"), store: filepath.Join(dir, "store"),
+				mnt: filepath.Join(dir, "mnt"), args: []string{"--debug"}}
+			must(t, os.MkdirAll(m.mnt, 0o755))
+			sampleTree(t, m.base)
+			bigFile(t, filepath.Join(m.base, "big"), 256)
+			m.start()
+			t.Cleanup(m.cleanup)
+			x := m.create("x")
+			copying, opened := copyUpInFlight(t, m, filepath.Join(x, "big"))
+			logName := filepath.Join(m.store, "daemon.log")
+			logged, _ := os.ReadFile(logName)
+			op := map[string]string{"ioctl": ": IOCTL ", "control file": ": WRITE "}[via]
+			created := make(chan error, 1)
+			go func() {
+				ctl := filepath.Join(m.mnt, ".branchfs_ctl")
+				if via == "ioctl" {
+					created <- controlOp("ioctl", ctl, "create")
+				} else {
+					created <- os.WriteFile(ctl, []byte("create:y"), 0)
+				}
+			}()
+			// Until the daemon has read the command.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				data, _ := os.ReadFile(logName)
+				if bytes.Contains(data[len(logged):], []byte(op)) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the daemon did not read the command")
+				}
+			}
+			if !copying() {
+				t.Fatal("the copy-up ended before the command was read: the test proves nothing")
+			}
+			var st unix.Statfs_t
+			must(t, unix.Statfs(m.mnt, &st))
+			if !copying() {
+				t.Error("a statfs waited for a command, which waited for the copy-up of another file")
+			}
+			must(t, <-opened)
+			must(t, <-created)
+		})
+	}
+}

@@ -11,15 +11,20 @@
 //	Loop.writeMu           leaves, around nothing
 //	Loop.directMu
 //	Loop.bufMu
+//	Loop.slowMu
 //
 // The reader is a lock of its own kind: Loop.Serve has one, and while it
 // answers a request, no other is read, not even an INTERRUPT, a FORGET or
-// the one a notification waits for. The file system may make it wait only
-// for what needs nothing from it: a lock whose holder sends no
-// notification and reads nothing through the mount (package fs), and then
-// for no longer than the holder's own work. Requests that may take long
-// (mayBlock) go to workers; a file system's notifications that may wait for
-// a request run inside ServeWhile.
+// the one a notification waits for. So it waits for nothing that may wait
+// for the reader, and for nothing long: requests that may take long go to
+// workers (mayBlock), and so do those that may wait long for a lock (the
+// file system names them: SlowFiles). Those it answers itself may wait
+// only for a lock whose holder needs nothing from the reader, and then for
+// no longer than the holder's work: in branchfs, branch.Store.mu shared,
+// whose exclusive holders (create, commit, abort) read nothing through the
+// mount and send no notification under it; every operation of a view
+// waits for a commit anyway. A file system's notification that may wait
+// for a request runs inside ServeWhile.
 package transport
 
 import (
@@ -88,6 +93,13 @@ type Loop struct {
 
 	expireOnly bool // the kernel can expire a name without dropping it (ExpireEntry)
 
+	// Files whose reads and writes go to workers (SlowFiles): their inode
+	// number, and the kernel's lookups of each of their node IDs, counted
+	// from LOOKUP replies and FORGETs.
+	slowIno   uint64
+	slowMu    lockcheck.Mutex[lockcheck.LoopSlow]
+	slowNodes map[uint64]uint64
+
 	// For answerDirect (direct.go): whether it answers at all (not when
 	// go-fuse logs requests), and GETXATTR and FORGET as go-fuse would
 	// with these options; the cancel channel it passes, never closed.
@@ -123,6 +135,7 @@ const (
 	opRename        = 12
 	opLink          = 13
 	opOpen          = 14
+	opRead          = 15
 	opWrite         = 16
 	opRelease       = 18
 	opFsync         = 20
@@ -133,6 +146,8 @@ const (
 	opFsyncdir      = 30
 	opCreate        = 35
 	opInterrupt     = 36
+	opIoctl         = 39
+	opBatchForget   = 42
 	opFallocate     = 43
 	opRename2       = 45
 	opCopyFileRange = 47
@@ -183,7 +198,7 @@ func (l *Loop) Serve() {
 			}
 			break
 		}
-		if mayBlock(b.in[:n]) && !l.writerChange(b.in[:n]) {
+		if (mayBlock(b.in[:n]) || l.slow(b.in[:n])) && !l.writerChange(b.in[:n]) {
 			l.workers.Add(1)
 			select {
 			case l.work <- job{b, n}: // an idle worker takes it
@@ -266,6 +281,7 @@ func (l *Loop) answer(b *loopBuf, n int, onReader bool) {
 		return
 	}
 	l.trackWriters(req, nil)
+	l.trackSlow(req, nil)
 	unique := (*fuse.InHeader)(unsafe.Pointer(&req[0])).Unique
 	if onReader {
 		l.readerUnique.Store(unique)
@@ -289,6 +305,7 @@ func (l *Loop) answer(b *loopBuf, n int, onReader bool) {
 	}
 	if size > 0 {
 		l.trackWriters(req, b.out[:size])
+		l.trackSlow(req, b.out[:size])
 	}
 	if size == 0 {
 		if st.Ok() {

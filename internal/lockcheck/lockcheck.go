@@ -50,11 +50,12 @@ type (
 	LayerMake struct{}
 	// LayerDirs is branch's dirFds.mu.
 	LayerDirs struct{}
-	// LoopWriters, LoopDirect and LoopBufs are fs/transport's Loop.writeMu,
-	// directMu and bufMu.
+	// LoopWriters, LoopDirect, LoopBufs and LoopSlow are fs/transport's
+	// Loop.writeMu, directMu, bufMu and slowMu.
 	LoopWriters struct{}
 	LoopDirect  struct{}
 	LoopBufs    struct{}
+	LoopSlow    struct{}
 )
 
 const (
@@ -77,3 +78,4 @@ func (LayerDirs) rank() (int, string)   { return leaf, "branch dirFds.mu" }
 func (LoopWriters) rank() (int, string) { return leaf, "transport Loop.writeMu" }
 func (LoopDirect) rank() (int, string)  { return leaf, "transport Loop.directMu" }
 func (LoopBufs) rank() (int, string)    { return leaf, "transport Loop.bufMu" }
+func (LoopSlow) rank() (int, string)    { return leaf, "transport Loop.slowMu" }
