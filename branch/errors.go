@@ -84,5 +84,5 @@ type BranchError struct {
 	Err    error
 }
 
-func (e *BranchError) Error() string { return fmt.Sprintf("%s %s: %v", e.Op, e.Branch, e.Err) }
+func (e *BranchError) Error() string { return fmt.Sprintf("%s %s: %v", e.Op, Quote(e.Branch), e.Err) }
 func (e *BranchError) Unwrap() error { return e.Err }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,24 +108,22 @@ func TestDroppedBranchesNamed(t *testing.T) {
 }
 
 func TestValidateName(t *testing.T) {
-	for _, ok := range []string{"a", "fix-1", "A.b_c", string(make127())} {
+	long := strings.Repeat("é", NameMax/2) // 254 bytes
+	for _, ok := range []string{"a", "fix-1", "A.b_c", "a b", "c++", "@x", ".x", "...", "é", "名前", " x\n", "\"'$(x)", long} {
 		if err := ValidateName(ok); err != nil {
 			t.Errorf("%q refused: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", ".x", "a/b", "a b", "é", string(make127()) + "x"} {
+	for _, bad := range []string{"", ".", "..", "a/b", "/", "a\x00b", "\xff", long + "x"} {
 		if err := ValidateName(bad); !errors.Is(err, ErrInvalidName) {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-}
-
-func make127() []byte {
-	b := make([]byte, 127)
-	for i := range b {
-		b[i] = 'n'
+	for name, want := range map[string]string{"fix-1": "fix-1", "a b": `"a b"`, "x\ny": `"x\ny"`, "é": "é", `a"b`: `"a\"b"`, "\xff": `"\xff"`} {
+		if got := Quote(name); got != want {
+			t.Errorf("Quote(%q) = %s, want %s", name, got, want)
+		}
 	}
-	return b
 }
 
 func TestMaxBranches(t *testing.T) {

@@ -16,9 +16,12 @@ import (
 )
 
 // The control file at the root of every view takes the same actions as the
-// ioctls, as text: VERB or VERB:ARG, one of the Cmd constants. Reading it
-// returns the answer to the last command written on that handle (the new
-// name, a Status or a branch.Diff as JSON), or the Status.
+// ioctls, as text: VERB or VERB:ARG, one of the Cmd constants, space around
+// it ignored. Reading it returns the answer to the last command written on
+// that handle (the new name, a Status or a branch.Diff as JSON), or the
+// Status. A name (create:NAME) is taken as written, or, when it starts
+// with a double quote, as a JSON string: a name with space around it, a
+// newline or a leading quote must be written so (QuoteArg).
 
 // Verbs of the control file.
 const (
@@ -183,7 +186,11 @@ func (f *FS) command(ctx context.Context, v *branch.View, cmd string) ([]byte, e
 	verb, arg, _ := strings.Cut(cmd, ":")
 	switch {
 	case verb == CmdCreate:
-		name, err := f.create(v, arg)
+		name, err := UnquoteArg(arg)
+		if err != nil {
+			return nil, err
+		}
+		name, err = f.create(v, name)
 		return []byte(name + "\n"), err
 	case verb == CmdCommit && arg == "":
 		return nil, f.commit(v)
@@ -210,6 +217,26 @@ func (f *FS) command(ctx context.Context, v *branch.View, cmd string) ([]byte, e
 		return json.Marshal(d)
 	}
 	return nil, fmt.Errorf("unknown control command %q: %w", cmd, syscall.EINVAL)
+}
+
+// QuoteArg is a name as a control command's argument: a JSON string,
+// which carries any name.
+func QuoteArg(name string) string {
+	q, _ := json.Marshal(name)
+	return string(q)
+}
+
+// UnquoteArg undoes QuoteArg; an argument that starts with no double
+// quote is taken as it is.
+func UnquoteArg(arg string) (string, error) {
+	if !strings.HasPrefix(arg, `"`) {
+		return arg, nil
+	}
+	var name string
+	if err := json.Unmarshal([]byte(arg), &name); err != nil {
+		return "", fmt.Errorf("%w: bad quoted name %s", branch.ErrInvalidName, arg)
+	}
+	return name, nil
 }
 
 func (f *FS) create(v *branch.View, name string) (string, error) {

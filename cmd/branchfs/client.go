@@ -40,12 +40,76 @@ func findView(p string) (root, name string, err error) {
 	if fstype != "fuse.branchfs" {
 		return "", "", fmt.Errorf("%s is not inside a branchfs mount", p)
 	}
+	if err := checkStore(mnt); err != nil {
+		return "", "", err
+	}
 	rel := strings.TrimPrefix(strings.TrimPrefix(abs, mnt), "/")
 	first, _, _ := strings.Cut(rel, "/")
 	if strings.HasPrefix(first, fs.BranchPrefix) {
 		return filepath.Join(mnt, first), first[len(fs.BranchPrefix):], nil
 	}
 	return mnt, branch.MainName, nil
+}
+
+// storeArg is --store (--storage) of the commands that act on a mount
+// given by a path: the reference implementation's clients pass it to
+// every command. Given, it must be the store of that mount.
+var storeArg string
+
+// addStoreFlag gives every command that has no --store of its own the
+// shared one, storeArg.
+func addStoreFlag(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		if c.Flags().Lookup("store") != nil || c.Name() == "help" || c.Name() == "completion" {
+			continue
+		}
+		c.Flags().StringVar(&storeArg, "store", "", "the store of the mount (--storage is another name for it): the command fails unless the mount keeps its branches there")
+		aliasStorage(c)
+	}
+}
+
+// checkStore checks that the mount at mnt keeps its branches in storeArg,
+// when that is given.
+func checkStore(mnt string) error {
+	if storeArg == "" {
+		return nil
+	}
+	st, err := readStatus(mnt, false)
+	if err != nil {
+		return fmt.Errorf("%s: %w", mnt, err)
+	}
+	if !sameDir(st.Store, storeArg) {
+		return fmt.Errorf("the mount at %s keeps its branches in %s, not in --store %s", mnt, st.Store, storeArg)
+	}
+	return nil
+}
+
+// sameDir reports whether a and b are one directory.
+func sameDir(a, b string) bool {
+	var sa, sb unix.Stat_t
+	return unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Dev == sb.Dev && sa.Ino == sb.Ino
+}
+
+// mountOfStore finds the mount point of the branchfs mount that keeps its
+// branches in store: for list --store without MNT, as the reference's
+// list takes it.
+func mountOfStore(store string) (string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		sep := slices.Index(fields, "-")
+		if len(fields) < 5 || sep < 0 || sep+1 >= len(fields) || fields[sep+1] != "fuse.branchfs" {
+			continue
+		}
+		mnt := unescapeMountinfo(fields[4])
+		if st, err := readStatus(mnt, false); err == nil && sameDir(st.Store, store) {
+			return mnt, nil
+		}
+	}
+	return "", fmt.Errorf("no branchfs mount keeps its branches in %s", store)
 }
 
 // mountRoot returns the root of the branchfs mount that holds p, and the
@@ -208,7 +272,7 @@ func branchAt(p, op string) (string, string, error) {
 func explain(op, name string, err error) error {
 	var errno syscall.Errno
 	if !errors.As(err, &errno) {
-		return fmt.Errorf("%s %s: %w", op, name, err)
+		return fmt.Errorf("%s %s: %w", op, branch.Quote(name), err)
 	}
 	msg := errno.Error()
 	// A commit's ENOSPC, EROFS, EEXIST or EPERM is its filesystem's (a
@@ -228,7 +292,7 @@ func explain(op, name string, err error) error {
 	case op == "commit" && errno != syscall.EUCLEAN:
 		msg += " (nothing was committed)"
 	}
-	return &daemonError{fmt.Sprintf("%s %s: %s", op, name, msg), errno}
+	return &daemonError{fmt.Sprintf("%s %s: %s", op, branch.Quote(name), msg), errno}
 }
 
 // daemonError is an errno the daemon answered, told as its message; the
@@ -250,7 +314,8 @@ func createCmd() *cobra.Command {
 shows now (main, the base, unless --parent names a branch) and keeps its own writes: they reach neither
 the parent nor any other branch until the branch is committed. Creating a branch costs the same whatever
 the size of the base. A parent with live children is read-only until they are committed or aborted.
-NAME is 1 to 127 bytes of letters, digits, ".", "_" and "-", not starting with ".".`,
+NAME is what a file name may be: 1 to 254 bytes of UTF-8 (spaces, "+", any letter), not "." or "..",
+without "/" or NUL.`,
 		Example: `  branchfs create try1 /mnt/p
   branchfs create try1-fix /mnt/p --parent try1`,
 		Args: cobra.ExactArgs(2),
@@ -261,17 +326,17 @@ NAME is 1 to 127 bytes of letters, digits, ".", "_" and "-", not starting with "
 			}
 			root, _, err := mountRoot(mnt)
 			if err != nil {
-				return fmt.Errorf("create %s: %w", name, err)
+				return fmt.Errorf("create %s: %w", branch.Quote(name), err)
 			}
 			if parent != branch.MainName {
 				if err := branch.ValidateName(parent); err != nil {
-					return fmt.Errorf("create %s: parent: %w", name, err)
+					return fmt.Errorf("create %s: parent: %w", branch.Quote(name), err)
 				}
 				root = filepath.Join(root, fs.BranchPrefix+parent)
 			}
-			if _, err := control(root, fs.CmdCreate+":"+name); err != nil {
+			if _, err := control(root, fs.CmdCreate+":"+fs.QuoteArg(name)); err != nil {
 				if errors.Is(err, os.ErrNotExist) {
-					return fmt.Errorf("create %s: no branch %s under %s", name, parent, mnt)
+					return fmt.Errorf("create %s: no branch %s under %s", branch.Quote(name), branch.Quote(parent), mnt)
 				}
 				return explain("create", name, err)
 			}
@@ -350,15 +415,26 @@ are aborted the same way.`,
 func listCmd() *cobra.Command {
 	var asJSON, all bool
 	c := &cobra.Command{
-		Use:   "list MNT",
+		Use:   "list (MNT | --store DIR)",
 		Short: "List live and stale branches with parent, state, epoch and delta size",
 		Long: `List main and every live or stale branch of the mount at MNT: its parent, state (live or stale), epoch
 (the commits it has received from its children) and what its delta holds (changed files and their bytes).
---all adds the latest committed and aborted branches. --json prints the same as a JSON array.`,
+--all adds the latest committed and aborted branches. --json prints the same as a JSON array. Without
+MNT, --store (--storage) DIR finds the mount whose store DIR is.`,
 		Example: `  branchfs list /mnt/p
   branchfs list --json /mnt/p | jq -r '.[] | select(.state == "stale") | .name'`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				if storeArg == "" {
+					return errors.New("list: give MNT, or --store DIR")
+				}
+				mnt, err := mountOfStore(storeArg)
+				if err != nil {
+					return fmt.Errorf("list: %w", err)
+				}
+				args = []string{mnt}
+			}
 			root, _, err := mountRoot(args[0])
 			if err != nil {
 				return fmt.Errorf("list: %w", err)
@@ -377,7 +453,7 @@ func listCmd() *cobra.Command {
 				if parent == "" {
 					parent = "-"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s, %s\n", b.Name, parent, b.State, b.Epoch,
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s, %s\n", branch.Quote(b.Name), branch.Quote(parent), b.State, b.Epoch,
 					count(b.DeltaFiles, "file"), count(b.DeltaBytes, "byte"))
 			}
 			return w.Flush()

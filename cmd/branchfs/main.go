@@ -88,6 +88,7 @@ SHELL COMPLETION
 		c.GroupID = "runs"
 		root.AddCommand(c)
 	}
+	addStoreFlag(root)
 	for _, c := range root.Commands() {
 		if status, ok := exitStatusHelp[c.Name()]; ok {
 			c.Long += "\n\nEXIT STATUS\n" + status

@@ -1,24 +1,19 @@
 package main
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"os/user"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/daemon"
 	"github.com/branchfs/branchfs/fs"
 	"github.com/branchfs/branchfs/internal/safedir"
 	"github.com/spf13/cobra"
@@ -69,20 +64,17 @@ Mounting over a mount whose daemon died replaces it.`,
 					return err
 				}
 			}
-			// A daemon that was killed leaves its mount behind, answering
-			// ENOTCONN; mounting again over it is what a restart means.
-			if deadMount(mnt) {
-				if err := fs.Unmount(mnt, true); err != nil {
-					return fmt.Errorf("mount %s: clearing the dead mount: %w", mnt, err)
-				}
-			}
-			if err := checkNesting(base, store, mnt); err != nil {
-				return fmt.Errorf("mount: %w", err)
+			if err := daemon.Prepare(mnt, base, store); err != nil {
+				return err
 			}
 			if !foreground {
 				return startDaemon(mnt, store)
 			}
-			return serve(mnt, base, store, opts, readyFd, maxBranches, durable)
+			var ready *os.File
+			if readyFd >= 0 {
+				ready = os.NewFile(uintptr(readyFd), "ready")
+			}
+			return daemon.Serve(daemon.Config{Mnt: mnt, Base: base, Store: store, FS: opts, Durable: durable, MaxBranches: maxBranches}, ready)
 		},
 	}
 	c.Flags().StringVar(&base, "base", "", "directory to show at the mount point (required)")
@@ -187,64 +179,12 @@ func sameMount(dir, base string) bool {
 // startDaemon runs "mount --foreground" detached and returns once it
 // reports that the mount answers, or with the error it reports.
 func startDaemon(mnt, store string) error {
-	store, err := branch.MakeStoreDir(store)
-	if err != nil {
-		return fmt.Errorf("mount: %w", err)
-	}
-	logf, err := os.OpenFile(filepath.Join(store, "daemon.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	r, w, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer r.Close()
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	args := append([]string{"mount", "--foreground", "--ready-fd", "3", "--store", store}, daemonArgs()...)
-	cmd := exec.Command(self, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.ExtraFiles = []*os.File{w}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		w.Close()
-		return err
-	}
-	w.Close()
-	done := make(chan string, 1)
-	go func() {
-		// Warnings come first, each on a line of its own, then "ok" or
-		// the error.
-		br := bufio.NewReader(r)
-		for {
-			line, _ := br.ReadString('\n')
-			line = strings.TrimSpace(line)
-			if !strings.HasPrefix(line, "warning: ") {
-				done <- line
-				return
-			}
-			fmt.Fprintln(os.Stderr, "branchfs:", line)
-		}
-	}()
-	select {
-	case msg := <-done:
-		if msg == "ok" {
-			cmd.Process.Release()
-			return nil
-		}
-		cmd.Wait()
-		if msg == "" {
-			msg = "daemon exited; see " + filepath.Join(store, "daemon.log")
-		}
-		return fmt.Errorf("mount %s: %s", mnt, msg)
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		return fmt.Errorf("mount %s: daemon did not answer within 60s", mnt)
-	}
+	return daemon.Start(exec.Command(self, args...), mnt, store, func(w string) { fmt.Fprintln(os.Stderr, "branchfs: warning:", w) })
 }
 
 // daemonArgs passes this command's own flags and argument on to the daemon.
@@ -270,66 +210,6 @@ func daemonArgs() []string {
 	return out
 }
 
-func serve(mnt, base, storeDir string, opts fs.Options, readyFd, maxBranches int, durable bool) error {
-	var ready *os.File
-	if readyFd >= 0 {
-		ready = os.NewFile(uintptr(readyFd), "ready")
-	}
-	fail := func(err error) error {
-		if ready != nil {
-			fmt.Fprintln(ready, err)
-			ready.Close()
-		}
-		return err
-	}
-	// Modes come from the caller, already masked by the kernel.
-	syscall.Umask(0)
-	// The request loop's reader keeps a P while it waits for requests
-	// (fs/transport/loop.go); everything else runs on the others. Requests spend
-	// most of their time in system calls, which hold no P, and with more
-	// Ps the runtime wakes more threads on other CPUs per request.
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(1 + max(1, runtime.NumCPU()/4))
-	}
-	// The heap is mostly nodes that live as long as the kernel's inodes,
-	// and at Go's default GOGC of 100 it grows to twice that before a
-	// collection, RSS with it: 100 branches over a 10k-file base, all
-	// stat'ed, ended at 118-172 MB over eight runs, against 90-96 MB at 50,
-	// for about 6% more daemon CPU during the walk.
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(50)
-	}
-	st, err := branch.Open(storeDir, base, branch.Options{Durable: durable, MaxBranches: maxBranches})
-	if err != nil {
-		return fail(err)
-	}
-	defer st.Close()
-	if err := st.MarkerError(); err != nil {
-		fmt.Fprintln(os.Stderr, "branchfs: warning:", err)
-		if ready != nil {
-			fmt.Fprintln(ready, "warning:", err)
-		}
-	}
-	fsys, err := fs.Mount(mnt, st, opts)
-	if err != nil {
-		return fail(fmt.Errorf("mount %s: %w", mnt, err))
-	}
-	os.WriteFile(filepath.Join(storeDir, "daemon.pid"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
-	if ready != nil {
-		fmt.Fprintln(ready, "ok")
-		ready.Close()
-	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		<-sig
-		fsys.Unmount()
-	}()
-	fsys.Wait()
-	os.Remove(filepath.Join(storeDir, "daemon.pid"))
-	return nil
-}
-
 func unmountCmd() *cobra.Command {
 	var store string
 	c := &cobra.Command{
@@ -350,19 +230,9 @@ again shows them. --store finds the daemon of a mount that no longer answers.`,
 			if info, err := readStatus(mnt, false); err == nil {
 				store = info.Store
 			}
-			var pid int
-			if store != "" {
-				data, _ := os.ReadFile(filepath.Join(store, "daemon.pid"))
-				pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
-			}
-			if err := unmount(mnt); err != nil {
+			waiting := func(pid int) { fmt.Fprintf(os.Stderr, "unmount: waiting for the daemon (pid %d) to exit\n", pid) }
+			if err := daemon.Unmount(mnt, store, waiting); err != nil {
 				return fmt.Errorf("unmount %s: %w", mnt, err)
-			}
-			// The next mount of the store needs the daemon gone, so
-			// wait for it however long its last writes take.
-			if pid > 0 && !waitExit(pid, 10*time.Second) {
-				fmt.Fprintf(os.Stderr, "unmount: waiting for the daemon (pid %d) to exit\n", pid)
-				waitExit(pid, 0)
 			}
 			return nil
 		},
@@ -407,54 +277,4 @@ func aliasStorage(c *cobra.Command) {
 		}
 		return pflag.NormalizedName(name)
 	})
-}
-
-// waitExit waits up to timeout (0: for ever) for process pid to exit and
-// reports whether it did. A pidfd becomes
-// readable the moment it does, so the command returns then rather than at
-// the next tick of a polling loop; without a pidfd (kernels before 5.3)
-// it polls.
-func waitExit(pid int, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err == nil {
-		defer unix.Close(fd)
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		for {
-			ms := -1
-			if timeout > 0 {
-				left := time.Until(deadline)
-				if left <= 0 {
-					return false
-				}
-				ms = int(left.Milliseconds()) + 1
-			}
-			n, err := unix.Poll(fds, ms)
-			if err != unix.EINTR {
-				return err != nil || n > 0
-			}
-		}
-	}
-	if errors.Is(err, unix.ESRCH) {
-		return true // already gone
-	}
-	for syscall.Kill(pid, 0) == nil {
-		if timeout > 0 && time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
-}
-
-func unmount(mnt string) error {
-	// A dead daemon's mount has nothing to flush: detach it.
-	return fs.Unmount(mnt, deadMount(mnt))
-}
-
-// deadMount reports a FUSE mount whose daemon is gone. statfs always asks
-// the daemon, where stat may be answered from the kernel's cache.
-func deadMount(mnt string) bool {
-	var st syscall.Statfs_t
-	return errors.Is(syscall.Statfs(mnt, &st), syscall.ENOTCONN)
 }

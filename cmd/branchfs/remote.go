@@ -148,7 +148,7 @@ the branch it made.` + remoteEnv,
 			t := remote.Target{
 				ParentView: parentView,
 				Create: func() (string, error) {
-					if _, err := control(parentView, fs.CmdCreate+":"+name); err != nil {
+					if _, err := control(parentView, fs.CmdCreate+":"+fs.QuoteArg(name)); err != nil {
 						if errors.Is(err, os.ErrNotExist) {
 							return "", fmt.Errorf("no branch %s under %s", parent, mnt)
 						}

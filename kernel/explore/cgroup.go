@@ -3,6 +3,8 @@ package explore
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -76,6 +78,20 @@ func unescapeMountinfo(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// cgroupName is the name of the cgroup of a run in branch: the branch's
+// own when it is plain (as generated names are), which reads well in the
+// cgroup tree, else a digest of it: a cgroup name may hold no newline,
+// and one with a space or a quote reads badly in /proc/PID/cgroup.
+func cgroupName(branch string) string {
+	for _, c := range []byte(branch) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			sum := sha256.Sum256([]byte(branch))
+			return "branch-" + hex.EncodeToString(sum[:12])
+		}
+	}
+	return branch
 }
 
 // cgroup is the cgroup of one run.

@@ -32,6 +32,7 @@ type Mount struct {
 	owner int
 	// dataPath is the runs' default (SetDataPath); "": auto.
 	dataPath DataPath
+	warnings []string // the daemon's, when MountAt started it
 }
 
 // Open checks that dir is the mount point of a branchfs mount (its main
@@ -148,7 +149,7 @@ func (m *Mount) control(name string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(m.View(name), fs.ControlName), os.O_RDWR|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && name != branch.MainName {
-			return nil, fmt.Errorf("branch %s: %w", name, syscall.ENOENT)
+			return nil, fmt.Errorf("branch %s: %w", branch.Quote(name), syscall.ENOENT)
 		}
 		return nil, err
 	}
@@ -205,8 +206,8 @@ func (m *Mount) Create(parent, name string) (string, error) {
 	if err := branch.ValidateName(name); err != nil {
 		return "", fmt.Errorf("create: %w", err)
 	}
-	if _, err := m.command(parent, "create:"+name); err != nil {
-		return "", fmt.Errorf("create %s in %s: %w", name, parent, err)
+	if _, err := m.command(parent, fs.CmdCreate+":"+fs.QuoteArg(name)); err != nil {
+		return "", fmt.Errorf("create %s in %s: %w", branch.Quote(name), branch.Quote(parent), err)
 	}
 	return name, nil
 }
@@ -219,11 +220,11 @@ func (m *Mount) Commit(name string) error {
 	}
 	f, err := m.control(name)
 	if err != nil {
-		return fmt.Errorf("commit %s: %w", name, err)
+		return fmt.Errorf("commit %s: %w", branch.Quote(name), err)
 	}
 	defer f.Close()
 	if err := kernel.Commit(f); err != nil {
-		return fmt.Errorf("commit %s: %w", name, err)
+		return fmt.Errorf("commit %s: %w", branch.Quote(name), err)
 	}
 	return nil
 }
@@ -236,17 +237,17 @@ func (m *Mount) Abort(name string, recursive bool) error {
 	}
 	if recursive {
 		if _, err := m.command(name, "abort:recursive"); err != nil {
-			return fmt.Errorf("abort %s: %w", name, err)
+			return fmt.Errorf("abort %s: %w", branch.Quote(name), err)
 		}
 		return nil
 	}
 	f, err := m.control(name)
 	if err != nil {
-		return fmt.Errorf("abort %s: %w", name, err)
+		return fmt.Errorf("abort %s: %w", branch.Quote(name), err)
 	}
 	defer f.Close()
 	if err := kernel.Abort(f); err != nil {
-		return fmt.Errorf("abort %s: %w", name, err)
+		return fmt.Errorf("abort %s: %w", branch.Quote(name), err)
 	}
 	return nil
 }
@@ -278,12 +279,12 @@ func (m *Mount) Info(name string) (branch.Info, error) {
 			return b, nil
 		}
 	}
-	return branch.Info{}, fmt.Errorf("branch %s: %w", name, syscall.ENOENT)
+	return branch.Info{}, fmt.Errorf("branch %s: %w", branch.Quote(name), syscall.ENOENT)
 }
 
 func checkBranchName(name string) error {
 	if name == branch.MainName {
-		return fmt.Errorf("%s: %w", name, branch.ErrMainView)
+		return fmt.Errorf("%s: %w", branch.Quote(name), branch.ErrMainView)
 	}
 	return branch.ValidateName(name)
 }

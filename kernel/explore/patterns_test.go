@@ -241,6 +241,13 @@ func TestPatternsBadInput(t *testing.T) {
 		"tree":             func() error { _, err := tm.Tree(ctx, one, nil, 2, Options{}); return err },
 		"beam":             func() error { _, err := tm.Beam(ctx, one, Shell("true"), 0, 2, Options{}); return err },
 		"bad bind":         func() error { _, err := tm.Speculate(ctx, one, Options{Binds: []string{"/nonexistent"}}); return err },
+		"max parallel":     func() error { _, err := tm.Speculate(ctx, one, Options{MaxParallel: -1}); return err },
+		"candidate timeout": func() error {
+			_, err := tm.BestOfN(ctx, one, true, Options{CandidateTimeout: -time.Second})
+			return err
+		},
+		"empty command":   func() error { _, err := tm.BestOfN(ctx, [][]string{{""}}, true, Options{}); return err },
+		"empty reflexion": func() error { _, err := tm.Reflexion(ctx, nil, 1, nil, Options{}); return err },
 	} {
 		if err := f(); err == nil {
 			t.Errorf("%s: no error", name)

@@ -137,7 +137,7 @@ func (r *record) valid() bool {
 	if err != nil || filepath.Clean(r.Cgroup) != r.Cgroup || !strings.HasPrefix(r.Cgroup, mnt+"/") {
 		return false
 	}
-	return filepath.Base(filepath.Dir(r.Cgroup)) == cgroupsDir && filepath.Base(r.Cgroup) == r.Branch
+	return filepath.Base(filepath.Dir(r.Cgroup)) == cgroupsDir && filepath.Base(r.Cgroup) == cgroupName(r.Branch)
 }
 
 func randomHex() string {

@@ -293,7 +293,7 @@ func (m *Mount) start(ctx context.Context, spec Spec) (*Proc, error) {
 	rec := newRecord(m.dir, p.name, p.created)
 	root, cgErr := cgroupRoot()
 	if cgErr == nil {
-		rec.Cgroup = filepath.Join(root, cgroupsDir, p.name)
+		rec.Cgroup = filepath.Join(root, cgroupsDir, cgroupName(p.name))
 	}
 	startJanitor()
 	if p.rec, err = writeRecord(rec); err != nil {
@@ -449,7 +449,7 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 }
 
 // configFile holds the helper's configuration, read from the start.
-func configFile(cfg *initConfig) (*os.File, error) {
+func configFile(cfg any) (*os.File, error) {
 	raw, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, err

@@ -159,6 +159,12 @@ func TestRunBadInput(t *testing.T) {
 		{Args: []string{"true"}, Name: "bad/name"},
 		{Args: []string{"true"}, Parent: "nosuch"},
 		{Args: []string{"true"}, Binds: []string{"/nonexistent"}},
+		{Args: []string{""}},
+		{Args: []string{"true"}, OnSuccess: Abort},
+		{Args: []string{"true"}, OnFailure: Commit},
+		{Args: []string{"true"}, OnSuccess: "later"},
+		{Args: []string{"true"}, Timeout: -time.Second},
+		{Args: []string{"true"}, LastPID: -1},
 	} {
 		if res, err := tm.Run(ctx, spec); err == nil {
 			t.Errorf("%+v: no error, result %+v", spec, res)

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"fmt"
@@ -7,14 +7,14 @@ import (
 	"syscall"
 )
 
-// checkNesting refuses a base, store and mount point inside one another.
+// CheckNesting refuses a base, store and mount point inside one another.
 // A store inside the base is reachable through every view (a commit could
 // move the live store's own files), and one inside the mount point, or a
 // mount point inside the base, makes the daemon serve requests on its own
 // mount, which deadlocks it. Each is compared by device and inode with
 // every ancestor of the others, so bind mounts and symbolic links do not
 // hide a nesting.
-func checkNesting(base, store, mnt string) error {
+func CheckNesting(base, store, mnt string) error {
 	paths := []struct{ what, path string }{{"base", base}, {"store", store}, {"mount point", mnt}}
 	for _, in := range paths {
 		for _, outer := range paths {

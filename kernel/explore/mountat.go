@@ -1,0 +1,133 @@
+package explore
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	fsdaemon "github.com/branchfs/branchfs/daemon"
+	"github.com/branchfs/branchfs/fs"
+)
+
+// MountOptions configure a mount made by MountAt.
+type MountOptions struct {
+	// Store is where the branches are kept (required): mounting the same
+	// store again brings them back, and finishes or undoes a commit that
+	// a crash interrupted. It must lie outside the base and the mount
+	// point, and on the base's filesystem for commits to move by rename.
+	Store        string
+	MaxBranches  int  // unfinished (live or stale) branches at most; 0: no limit
+	Durable      bool // flush each commit's journal record to the disk first (power loss)
+	ListBranches bool // list the @NAME entries of live branches in the mount point
+}
+
+// The daemon that MountAt starts is this program, started again with
+// envDaemon set; package initialization catches it, as it does a run's
+// helper. Its configuration, a daemon.Config, comes on daemonConfigFd.
+const (
+	envDaemon      = "BRANCHFS_MOUNT_DAEMON"
+	daemonReadyFd  = 3
+	daemonConfigFd = 4
+)
+
+func init() {
+	if _, ok := os.LookupEnv(envDaemon); ok {
+		runDaemon()
+	}
+}
+
+// MountAt shows the directory base at mnt, as `branchfs mount` does, and
+// returns the mount once it answers. The daemon that serves it is a
+// process of its own, in a session of its own: this program, started
+// again (package initialization catches it before main, as it does a
+// run's helper), so no branchfs binary is needed, and the mount neither
+// shares this program's memory, signals and fate nor deadlocks it (a
+// process serving a FUSE mount must not wait on that mount itself). The
+// mount outlives the program until Unmount; the daemon's log is
+// STORE/daemon.log. Root mounts directly; another user needs fusermount3
+// on PATH.
+func MountAt(base, mnt string, o MountOptions) (*Mount, error) {
+	if base == "" || mnt == "" {
+		return nil, errors.New("mount: no base directory or mount point")
+	}
+	if o.Store == "" {
+		return nil, errors.New("mount: MountOptions.Store is required")
+	}
+	if o.MaxBranches < 0 {
+		return nil, fmt.Errorf("mount: negative MaxBranches %d", o.MaxBranches)
+	}
+	var err error
+	cfg := fsdaemon.Config{Durable: o.Durable, MaxBranches: o.MaxBranches,
+		FS: fs.Options{Passthrough: fs.PassthroughAuto, PassthroughMinSize: fs.DefaultPassthroughMinSize,
+			Timeout: fs.DefaultTimeout, MaxInodes: fs.DefaultMaxInodes, ListBranches: o.ListBranches}}
+	for _, p := range []struct {
+		to   *string
+		from string
+	}{{&cfg.Base, base}, {&cfg.Mnt, mnt}, {&cfg.Store, o.Store}} {
+		if *p.to, err = filepath.Abs(p.from); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range []string{cfg.Base, cfg.Mnt} {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("mount: %s: not a directory", d)
+		}
+	}
+	if err := fsdaemon.Prepare(cfg.Mnt, cfg.Base, cfg.Store); err != nil {
+		return nil, err
+	}
+	cfgFile, err := configFile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer cfgFile.Close()
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{"branchfs-daemon", cfg.Mnt}
+	// Its environment is this program's (PATH finds fusermount3), but
+	// for a race-detecting build's second of sleep at exit.
+	cmd.Env = append(os.Environ(), envDaemon+"=1", "GORACE=atexit_sleep_ms=0")
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{cfgFile} // after the ready descriptor Start adds
+	var warnings []string
+	if err := fsdaemon.Start(cmd, cfg.Mnt, cfg.Store, func(w string) { warnings = append(warnings, w) }); err != nil {
+		return nil, err
+	}
+	m, err := Open(cfg.Mnt)
+	if err != nil {
+		fsdaemon.Unmount(cfg.Mnt, cfg.Store, nil)
+		return nil, err
+	}
+	m.warnings = warnings
+	return m, nil
+}
+
+// Warnings are what the daemon warned of when MountAt mounted it (a store
+// that cannot hold overlayfs's markers, say).
+func (m *Mount) Warnings() []string { return m.warnings }
+
+// Unmount unmounts the mount and waits for its daemon to exit. The
+// branches stay in the store for the next mount.
+func (m *Mount) Unmount() error {
+	if err := fsdaemon.Unmount(m.dir, m.store, nil); err != nil {
+		return fmt.Errorf("unmount %s: %w", m.dir, err)
+	}
+	return nil
+}
+
+func runDaemon() {
+	os.Unsetenv(envDaemon)
+	ready := os.NewFile(daemonReadyFd, "ready")
+	var cfg fsdaemon.Config
+	if err := json.NewDecoder(os.NewFile(daemonConfigFd, "config")).Decode(&cfg); err != nil {
+		fmt.Fprintln(ready, "daemon: bad configuration:", err)
+		os.Exit(1)
+	}
+	if err := fsdaemon.Serve(cfg, ready); err != nil {
+		fmt.Fprintln(os.Stderr, "branchfs:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
