@@ -348,6 +348,9 @@ func (s *Store) completeLocked(c *commitRun) *CommitResult {
 	s.remember(finishedInfo(&b.meta, Committed, time.Now().UTC()))
 	if p.view != nil {
 		p.view.invalidate()
+		if p.use != nil {
+			s.count(p) // the delta moved into the parent's
+		}
 	}
 	return res
 }

@@ -171,18 +171,26 @@ func (v *View) copyFile(src *layer, rel string, e *Entry, top *layer, dir string
 		return err
 	}
 	defer unix.Close(out)
-	if err := fillCopy(in, out, &e.Stat, withData); err != nil {
+	var size int64
+	if withData {
+		size = e.Stat.Size
+	}
+	// Counted once it has its name; a limit it would pass refuses it
+	// before anything is copied.
+	return v.grow(out, func(int64) int64 { return size }, func() error {
+		if err := fillCopy(in, out, &e.Stat, withData); err != nil {
+			return err
+		}
+		// The copy gets its name only once complete: a crash leaves nothing.
+		if err := failpoint("copyup-staged"); err != nil {
+			return err
+		}
+		err := unix.Linkat(out, "", pfd, name, unix.AT_EMPTY_PATH)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EPERM) {
+			err = unix.Linkat(unix.AT_FDCWD, procPath(out), pfd, name, unix.AT_SYMLINK_FOLLOW)
+		}
 		return err
-	}
-	// The copy gets its name only once complete: a crash leaves nothing.
-	if err := failpoint("copyup-staged"); err != nil {
-		return err
-	}
-	err = unix.Linkat(out, "", pfd, name, unix.AT_EMPTY_PATH)
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EPERM) {
-		err = unix.Linkat(unix.AT_FDCWD, procPath(out), pfd, name, unix.AT_SYMLINK_FOLLOW)
-	}
-	return err
+	})
 }
 
 // fillCopy gives out, a new file, the data (unless withData is false),

@@ -27,6 +27,14 @@ var (
 	// and its parent are read-only until a commit retried or the next
 	// mount finishes or rolls it back.
 	ErrUnfinished = errors.New("a commit could neither finish nor roll back; retry the commit once its cause is fixed")
+	// ErrQuota: a change would take a branch's delta, or all of a
+	// mount's, past its storage limit (quota.go).
+	ErrQuota = errors.New("disk quota exceeded: the storage limit of the branch or of the mount (--max-storage)")
+	// ErrQuotaHold: a kernel-path run writes the delta without the
+	// daemon, which could not hold it to the limit.
+	ErrQuotaHold = errors.New("a storage limit counts this branch's delta, which a kernel-path run would write unseen")
+	// ErrInvalidLimit: a storage limit below zero.
+	ErrInvalidLimit = errors.New("invalid storage limit")
 )
 
 // errDeviceIsMarker: in a branch a 0/0 character device is a tombstone (an
@@ -50,6 +58,9 @@ var errnos = []struct {
 	{ErrTooMany, syscall.ENOSPC},
 	{ErrUnfinished, syscall.EUCLEAN}, // the commit's two sides need settling
 	{ErrInvalidName, syscall.EINVAL},
+	{ErrQuota, syscall.EDQUOT},
+	{ErrQuotaHold, syscall.EDQUOT},
+	{ErrInvalidLimit, syscall.EINVAL},
 	{ErrMainView, syscall.EINVAL},
 }
 

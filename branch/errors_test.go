@@ -35,6 +35,9 @@ func TestErrnoTable(t *testing.T) {
 		{ErrUnfinished, syscall.EUCLEAN, ErrUnfinished},
 		{ErrInvalidName, syscall.EINVAL, ErrInvalidName},
 		{ErrMainView, syscall.EINVAL, ErrInvalidName},
+		{ErrQuota, syscall.EDQUOT, ErrQuota},
+		{ErrQuotaHold, syscall.EDQUOT, ErrQuota},
+		{ErrInvalidLimit, syscall.EINVAL, ErrInvalidName},
 		// Errors outside the table stand for the errno they wrap.
 		{errDeviceIsMarker, syscall.EPERM, nil},
 		{&os.PathError{Op: "open", Path: "x", Err: unix.ENOTDIR}, syscall.ENOTDIR, nil},

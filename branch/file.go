@@ -18,11 +18,12 @@ type File struct {
 	fd    atomic.Int64 // the file read and changed; Detach replaces it
 	first int          // the descriptor opened, kept open until Close
 	write bool         // opened for writing
+	appnd bool         // O_APPEND: every write goes to the end
 	top   atomic.Bool  // the file is in the view's top layer
 }
 
 func (v *View) newFile(fd, flags int, e *Entry) *File {
-	f := &File{view: v, first: fd, write: OpensForWrite(flags)}
+	f := &File{view: v, first: fd, write: OpensForWrite(flags), appnd: flags&unix.O_APPEND != 0}
 	f.fd.Store(int64(fd))
 	f.top.Store(!e.Lower())
 	return f
@@ -142,7 +143,18 @@ func (f *File) WriteAt(data []byte, off int64) (int, error) {
 		return 0, err
 	}
 	defer f.view.Unlock()
-	return unix.Pwrite(f.cur(), data, off)
+	fd := f.cur()
+	var n int
+	err := f.view.grow(fd, func(size int64) int64 {
+		if f.appnd {
+			return size + int64(len(data))
+		}
+		return off + int64(len(data))
+	}, func() (err error) {
+		n, err = unix.Pwrite(fd, data, off)
+		return err
+	})
+	return n, err
 }
 
 // CopyFrom is copy_file_range(2) of at most n bytes from src at offIn to f
@@ -158,7 +170,18 @@ func (f *File) CopyFrom(src *File, offIn, offOut int64, n int) (int, error) {
 	if err := src.view.Check(); err != nil {
 		return 0, err
 	}
-	c, err := unix.CopyFileRange(src.cur(), &offIn, f.cur(), &offOut, n, 0)
+	fd, in := f.cur(), src.cur()
+	var c int
+	err := f.view.grow(fd, func(int64) int64 {
+		var st unix.Stat_t
+		if unix.Fstat(in, &st) != nil {
+			return offOut + int64(n)
+		}
+		return offOut + min(int64(n), max(st.Size-offIn, 0))
+	}, func() (err error) {
+		c, err = unix.CopyFileRange(in, &offIn, fd, &offOut, n, 0)
+		return err
+	})
 	if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) {
 		err = unix.EOPNOTSUPP
 	}
@@ -192,7 +215,28 @@ func (f *File) Allocate(mode uint32, off, size int64) error {
 		return err
 	}
 	defer f.view.Unlock()
-	return unix.Fallocate(f.cur(), mode, off, size)
+	fd := f.cur()
+	keep := mode&unix.FALLOC_FL_KEEP_SIZE != 0
+	if keep && mode&unix.FALLOC_FL_PUNCH_HOLE == 0 && f.view.Limited() {
+		// Blocks past the end that the size does not show: a limit
+		// counts sizes (quota.go), so it could not count them.
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		if off+size > f.view.store.roundUp(st.Size) {
+			return unix.EOPNOTSUPP
+		}
+	}
+	return f.view.grow(fd, func(cur int64) int64 {
+		switch {
+		case mode&unix.FALLOC_FL_INSERT_RANGE != 0:
+			return cur + size
+		case keep || mode&unix.FALLOC_FL_COLLAPSE_RANGE != 0:
+			return cur
+		}
+		return off + size
+	}, func() error { return unix.Fallocate(fd, mode, off, size) })
 }
 
 // Seek is lseek(2).
@@ -210,10 +254,13 @@ func (f *File) Truncate(size int64, byName bool) error {
 	if err := f.change(); err != nil {
 		return err
 	}
-	if byName {
-		return unix.Truncate("/proc/self/fd/"+strconv.Itoa(f.cur()), size)
-	}
-	return unix.Ftruncate(f.cur(), size)
+	fd := f.cur()
+	return f.view.grow(fd, func(int64) int64 { return size }, func() error {
+		if byName {
+			return unix.Truncate("/proc/self/fd/"+strconv.Itoa(fd), size)
+		}
+		return unix.Ftruncate(fd, size)
+	})
 }
 
 // Chmod is fchmod(2) of the permission bits.

@@ -76,6 +76,9 @@ func (s *Store) Hold(name string) (*Layers, error) {
 	if s.noMarkers != nil {
 		return nil, s.noMarkers
 	}
+	if b.use != nil {
+		return nil, &BranchError{"hold", name, ErrQuotaHold}
+	}
 	if err := v.makeTop(); err != nil {
 		return nil, &BranchError{"hold", name, err}
 	}

@@ -32,6 +32,9 @@ func (v *View) Open(rel string, flags int) (*File, *Entry, error) {
 	if err != nil {
 		return nil, e, err
 	}
+	if flags&unix.O_TRUNC != 0 && e.Layer == 0 {
+		v.recount(fd)
+	}
 	return v.newFile(fd, flags, e), e, nil
 }
 
@@ -422,6 +425,7 @@ func (v *View) Unlink(rel string) error {
 	if e.IsDir() {
 		return unix.EISDIR
 	}
+	defer v.unnamedRel(rel)()
 	if v.lowerHas(rel) {
 		return v.whiteout(rel, "unlink")
 	}
@@ -440,6 +444,7 @@ func (v *View) unlinkInTop(rel string) (err error, ok bool) {
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			return unix.EISDIR
 		}
+		defer v.unnamed(pfd, name)()
 		return unix.Unlinkat(pfd, name, 0)
 	})
 }
@@ -619,6 +624,9 @@ func (v *View) Rename(oldRel, newRel string, flags uint) error {
 	}
 	top := v.layers[0]
 	defer v.invalidate()
+	if !exchange {
+		defer v.unnamedRel(newRel)() // what the new name showed may have no name left
+	}
 	// A directory that lands where a lower layer has the name must hide
 	// it; in an exchange that holds for both sides. The mark goes on first,
 	// where it hides nothing yet: a directory that merged lower ones was
@@ -791,7 +799,7 @@ func (v *View) Truncate(rel string, size int64) error {
 			return err
 		}
 		defer unix.Close(fd)
-		return unix.Truncate(procPath(fd), size)
+		return v.grow(fd, func(int64) int64 { return size }, func() error { return unix.Truncate(procPath(fd), size) })
 	})
 }
 

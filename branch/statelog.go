@@ -37,6 +37,8 @@ const (
 	// branches, which list --all shows (Store.history); an abort's and a
 	// done's Finished add the others.
 	logFinished logOp = "finished"
+	// logLimit sets a branch's own storage limit (Store.SetLimit).
+	logLimit logOp = "limit"
 )
 
 type logRecord struct {
@@ -67,6 +69,9 @@ type logRecord struct {
 	// Finished is when the branch of an abort, a done or a finished record
 	// ended.
 	Finished time.Time `json:"finished,omitzero"`
+	// MaxStorage is a branch's own storage limit, in a limit record and
+	// a snapshot's branch record.
+	MaxStorage int64 `json:"max_storage,omitempty"`
 }
 
 func encodeRecord(r *logRecord) ([]byte, error) {

@@ -112,6 +112,7 @@ type branchMeta struct {
 	Epoch       uint64 // commits received from children
 	Committed   bool
 	Created     time.Time
+	MaxStorage  int64 // the delta's own storage limit in bytes; 0: none (quota.go)
 }
 
 // branch is one node of the branch tree; main is the root and shows the base.
@@ -125,6 +126,9 @@ type branch struct {
 	// held is the work directory of the kernel-path run that holds the
 	// branch (hold.go), nil when none does; changed under Store.mu.
 	held atomic.Pointer[string]
+	// use is the count of the delta, nil unless a storage limit counts
+	// it (quota.go); set under Store.mu held exclusively and quotaMu.
+	use *usage
 }
 
 func (b *branch) Name() string  { return b.meta.Name }
@@ -175,6 +179,12 @@ type Store struct {
 	// closed: Close has begun; changed under mu.
 	closed bool
 
+	// quotaMu guards the counts of deltas (branch.use's contents and
+	// used), across the change each counts (quota.go); a leaf.
+	quotaMu lockcheck.Mutex[lockcheck.Quota]
+	used    int64 // what the counted deltas hold together
+	block   int64 // the store filesystem's block, to which sizes round up
+
 	opts Options
 	// noMarkers says why the store cannot hold tombstones (checkMarkers).
 	noMarkers error
@@ -190,6 +200,9 @@ type Options struct {
 	// MaxBranches, when above zero, limits how many branches may be live
 	// or stale at once; Create fails with ErrTooMany beyond it.
 	MaxBranches int
+	// MaxStorage, when above zero, limits what all branches' deltas hold
+	// together, in bytes (quota.go); changes beyond it fail with ErrQuota.
+	MaxStorage int64
 }
 
 // Open opens (creating if needed) the store in dir for the base directory
@@ -246,6 +259,11 @@ func Open(dir, base string, o Options) (*Store, error) {
 		return nil, err
 	}
 	s.apart = storeMnt != baseMnt
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(filepath.Join(dir, "deltas"), &sfs); err != nil {
+		return nil, err
+	}
+	s.block = max(sfs.Bsize, 512)
 	// Leftovers of creations and deletions a crash interrupted.
 	emptyDir(filepath.Join(dir, "tmp"))
 	if err := s.checkMarkers(); err != nil {
@@ -352,10 +370,15 @@ func (s *Store) load() error {
 				continue
 			}
 			s.branches[r.Name] = &branch{meta: branchMeta{Name: r.Name, Parent: r.Parent,
-				ParentEpoch: r.ParentEpoch, Epoch: r.Epoch, Committed: r.Committed, Created: r.Created}}
+				ParentEpoch: r.ParentEpoch, Epoch: r.Epoch, Committed: r.Committed, Created: r.Created,
+				MaxStorage: r.MaxStorage}}
 		case logCreate:
 			s.branches[r.Name] = &branch{meta: branchMeta{Name: r.Name, Parent: r.Parent,
-				ParentEpoch: r.ParentEpoch, Created: r.Created}}
+				ParentEpoch: r.ParentEpoch, Created: r.Created, MaxStorage: r.MaxStorage}}
+		case logLimit:
+			if b := s.branches[r.Name]; b != nil {
+				b.meta.MaxStorage = r.MaxStorage
+			}
 		case logAbort:
 			if b := s.branches[r.Name]; b != nil {
 				s.remember(finishedInfo(&b.meta, Aborted, r.Finished))
@@ -434,6 +457,7 @@ func (s *Store) load() error {
 			if err := s.openView(b); err != nil {
 				return err
 			}
+			s.count(b)
 		}
 	}
 	return nil
@@ -571,7 +595,7 @@ func (s *Store) snapshot() []logRecord {
 		for _, c := range s.children(p) {
 			m := c.meta
 			recs = append(recs, logRecord{Op: logBranch, Name: m.Name, Parent: m.Parent, ParentEpoch: m.ParentEpoch,
-				Epoch: m.Epoch, Committed: m.Committed, Created: m.Created})
+				Epoch: m.Epoch, Committed: m.Committed, Created: m.Created, MaxStorage: m.MaxStorage})
 			add(c)
 		}
 	}
@@ -728,6 +752,7 @@ func (s *Store) Create(name, parent string) (*View, error) {
 	s.branches[name] = b
 	s.adopt(p, b)
 	p.liveChildren.Add(1)
+	s.count(b)
 	s.compactLocked()
 	return b.view, nil
 }
@@ -964,6 +989,7 @@ func (s *Store) remove(b *branch) {
 // retire ends b in state st and closes its view. Preconditions: s.mu held
 // exclusively.
 func (s *Store) retire(b *branch, st State) {
+	s.uncount(b)
 	b.state.Store(int32(st))
 	if b.view != nil {
 		b.view.layers[0].close()
@@ -995,13 +1021,23 @@ type Info struct {
 	Held bool `json:"held,omitempty"`
 	// Finished is when a committed or aborted branch ended (history only).
 	Finished time.Time `json:"finished,omitzero"`
+	// MaxStorage is the branch's own storage limit, main's the mount's
+	// (quota.go); StorageUsed what it counts, main's all deltas: nil
+	// when no limit counts the branch.
+	MaxStorage  int64  `json:"max_storage,omitempty"`
+	StorageUsed *int64 `json:"storage_used,omitempty"`
 }
 
 // List describes main and every live or stale branch; with all, also the
 // latest finished ones, oldest first (the log keeps them across mounts).
 func (s *Store) List(all bool) []Info {
 	s.mu.RLock()
-	out := []Info{{Name: MainName, State: Live.String(), Epoch: s.main.epoch()}}
+	out := []Info{{Name: MainName, State: Live.String(), Epoch: s.main.epoch(), MaxStorage: s.opts.MaxStorage}}
+	s.quotaMu.Lock()
+	if s.opts.MaxStorage > 0 {
+		used := s.used
+		out[0].StorageUsed = &used
+	}
 	names := make([]string, 0, len(s.branches))
 	for n := range s.branches {
 		names = append(names, n)
@@ -1013,9 +1049,15 @@ func (s *Store) List(all bool) []Info {
 		if b.view != nil {
 			open = append(open, len(out))
 		}
-		out = append(out, Info{Name: n, Parent: b.meta.Parent, State: b.State().String(), Epoch: b.epoch(),
-			Created: b.meta.Created, Held: b.held.Load() != nil})
+		in := Info{Name: n, Parent: b.meta.Parent, State: b.State().String(), Epoch: b.epoch(),
+			Created: b.meta.Created, Held: b.held.Load() != nil, MaxStorage: b.meta.MaxStorage}
+		if b.use != nil {
+			used := b.use.bytes
+			in.StorageUsed = &used
+		}
+		out = append(out, in)
 	}
+	s.quotaMu.Unlock()
 	if all {
 		out = append(out, s.history...)
 	}

@@ -25,6 +25,7 @@ type Config struct {
 	FS               fs.Options
 	Durable          bool
 	MaxBranches      int
+	MaxStorage       int64 // bytes all branches' deltas may hold together; 0: no limit
 }
 
 // pidFile, in the store, holds the daemon's process ID while it serves.
@@ -58,7 +59,7 @@ func Serve(cfg Config, ready *os.File) error {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(50)
 	}
-	st, err := branch.Open(cfg.Store, cfg.Base, branch.Options{Durable: cfg.Durable, MaxBranches: cfg.MaxBranches})
+	st, err := branch.Open(cfg.Store, cfg.Base, branch.Options{Durable: cfg.Durable, MaxBranches: cfg.MaxBranches, MaxStorage: cfg.MaxStorage})
 	if err != nil {
 		return fail(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -36,6 +37,9 @@ const (
 	// whose process has exited, else fails with EBUSY.
 	CmdHold    = "hold"
 	CmdRelease = "release"
+	// CmdLimit sets the storage limit of the view's branch's own delta,
+	// limit:BYTES (0: none; branch.Store.SetLimit).
+	CmdLimit = "limit"
 )
 
 // Args of the verbs that take a fixed one.
@@ -203,6 +207,8 @@ func (f *FS) command(ctx context.Context, v *branch.View, cmd string) ([]byte, e
 		return f.hold(ctx, v)
 	case verb == CmdRelease && arg == "":
 		return nil, f.releaseCmd(v)
+	case verb == CmdLimit:
+		return nil, f.limit(v, arg)
 	case verb == CmdDiff && arg == "":
 		d, err := f.store.Diff(v.Name())
 		if err != nil {
@@ -237,6 +243,20 @@ func UnquoteArg(arg string) (string, error) {
 		return "", fmt.Errorf("%w: bad quoted name %s", branch.ErrInvalidName, arg)
 	}
 	return name, nil
+}
+
+// limit sets the storage limit of v's branch to arg bytes.
+func (f *FS) limit(v *branch.View, arg string) error {
+	n, err := strconv.ParseInt(arg, 10, 64)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%w %q", branch.ErrInvalidLimit, arg)
+	}
+	f.settleHold(v.Name())
+	if f.passWriting(v) {
+		// Those writes bypass the daemon, which counts them.
+		return fmt.Errorf("files are open for writing with passthrough in %s: %w", v.Name(), syscall.EBUSY)
+	}
+	return f.store.SetLimit(v.Name(), n)
 }
 
 func (f *FS) create(v *branch.View, name string) (string, error) {

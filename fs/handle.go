@@ -31,6 +31,10 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		n.replaced()
 		return nil, 0, syscall.ESTALE
 	}
+	if same && f.Writable() && n.view.Limited() && n.passing() {
+		f.Close()
+		return nil, 0, syscall.EBUSY
+	}
 	h, fuseFlags := n.newHandle(f, same, e.Stat.Size, flags)
 	return h.forGoFuse(), fuseFlags, 0
 }
@@ -55,8 +59,16 @@ func (n *Node) newHandle(f *branch.File, same bool, size int64, flags uint32) (*
 	switch {
 	case !same:
 	case n.openPass > 0:
+		// A writer must join the passthrough readers; under a storage
+		// limit only files of lower layers, which no writer of this
+		// inode reaches, are passed through (below), or were before the
+		// limit was set: its writes then pass the limit by, and are
+		// refused (Node.Open).
 		h.pass = true
 	case n.openDirect > 0:
+	case f.InTop() && n.view.Limited():
+		// The writes of a writer that joined it would bypass the
+		// daemon, which counts them (branch/quota.go).
 	default:
 		h.pass = n.passthroughAllowed(f.Writable(), size)
 	}
@@ -114,6 +126,14 @@ func (n *Node) hasOpen() bool {
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
 	return n.openDirect+n.openPass > 0
+}
+
+// passing reports that n has handles that pass through: a writer would
+// join them (newHandle).
+func (n *Node) passing() bool {
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	return n.openPass > 0
 }
 
 // isBound reports that a handle of n used passthrough (Node.bound).

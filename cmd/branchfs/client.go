@@ -234,6 +234,17 @@ func control(viewRoot, cmd string) ([]byte, error) {
 	return io.ReadAll(io.NewSectionReader(f, 0, 1<<30))
 }
 
+// setLimit gives the branch whose view is view, just created, a storage
+// limit of max bytes, or else aborts it: a branch without the limit asked
+// for is not what was asked.
+func setLimit(view string, max int64) error {
+	_, err := control(view, fs.CmdLimit+":"+strconv.FormatInt(max, 10))
+	if err != nil {
+		control(view, fs.CmdAbort)
+	}
+	return err
+}
+
 func unwrapErrno(err error) error {
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
@@ -307,6 +318,7 @@ func (e *daemonError) Unwrap() error { return e.errno }
 
 func createCmd() *cobra.Command {
 	var parent string
+	var maxStorage sizeValue
 	c := &cobra.Command{
 		Use:   "create NAME MNT",
 		Short: "Create branch NAME, a child of P (default main), at MNT/@NAME",
@@ -328,6 +340,7 @@ without "/" or NUL.`,
 			if err != nil {
 				return fmt.Errorf("create %s: %w", branch.Quote(name), err)
 			}
+			view := filepath.Join(root, fs.BranchPrefix+name)
 			if parent != branch.MainName {
 				if err := branch.ValidateName(parent); err != nil {
 					return fmt.Errorf("create %s: parent: %w", branch.Quote(name), err)
@@ -340,11 +353,17 @@ without "/" or NUL.`,
 				}
 				return explain("create", name, err)
 			}
+			if maxStorage > 0 {
+				if err := setLimit(view, int64(maxStorage)); err != nil {
+					return explain("create", name, err)
+				}
+			}
 			fmt.Println(filepath.Join(mnt, fs.BranchPrefix+name))
 			return nil
 		},
 	}
 	c.Flags().StringVarP(&parent, "parent", "p", branch.MainName, "parent branch")
+	c.Flags().Var(&maxStorage, "max-storage", "limit what the branch's own changes hold to SIZE bytes (512K, 10G: powers of 1024): file sizes rounded up to blocks, each file once; writes beyond it fail with EDQUOT")
 	return c
 }
 

@@ -26,6 +26,7 @@ func mountCmd() *cobra.Command {
 	var foreground, debug, durable, listBranches bool
 	var readyFd, maxBranches, maxInodes int
 	var passthroughMinSize int64
+	var maxStorage sizeValue
 	var cacheTimeout time.Duration
 	c := &cobra.Command{
 		Use:   "mount --base DIR MNT",
@@ -74,7 +75,7 @@ Mounting over a mount whose daemon died replaces it.`,
 			if readyFd >= 0 {
 				ready = os.NewFile(uintptr(readyFd), "ready")
 			}
-			return daemon.Serve(daemon.Config{Mnt: mnt, Base: base, Store: store, FS: opts, Durable: durable, MaxBranches: maxBranches}, ready)
+			return daemon.Serve(daemon.Config{Mnt: mnt, Base: base, Store: store, FS: opts, Durable: durable, MaxBranches: maxBranches, MaxStorage: int64(maxStorage)}, ready)
 		},
 	}
 	c.Flags().StringVar(&base, "base", "", "directory to show at the mount point (required)")
@@ -87,6 +88,7 @@ Mounting over a mount whose daemon died replaces it.`,
 	c.Flags().BoolVar(&listBranches, "list-branches", false, "show the @NAME entries of live branches in the listing of MNT (hidden by default, so that tools walking MNT do not walk every branch)")
 	c.Flags().Int64Var(&passthroughMinSize, "passthrough-min-size", fs.DefaultPassthroughMinSize, "files smaller than this many bytes are read through the mount's page cache instead of passthrough, which saves the round trip a stat costs after each passthrough read; 0: pass every file through")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	c.Flags().Var(&maxStorage, "max-storage", "limit what all branches' changes hold together to SIZE bytes (512K, 10G: powers of 1024): file sizes rounded up to blocks, each file once; writes beyond it fail with EDQUOT; 0: no limit")
 	c.Flags().IntVar(&maxBranches, "max-branches", 0, "refuse to create more than this many unfinished (live or stale) branches; 0: no limit")
 	c.Flags().DurationVar(&cacheTimeout, "cache-timeout", fs.DefaultTimeout, "how long the kernel caches names and attributes; changes made through branchfs reach it at once, this bounds how long changes made to the base directly stay unseen")
 	c.Flags().IntVar(&maxInodes, "max-inodes", fs.DefaultMaxInodes, "inodes the kernel may hold through all views before the least recently used branch views are dropped from its caches; -1: no limit")

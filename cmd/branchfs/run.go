@@ -60,6 +60,7 @@ func interruptible() (context.Context, func() int) {
 func runCmd() *cobra.Command {
 	var branchName, parent, onSuccess, onFailure, dataPath string
 	var timeout time.Duration
+	var maxStorage sizeValue
 	var asJSON bool
 	var binds []string
 	c := &cobra.Command{
@@ -86,7 +87,8 @@ the view; auto (the default) takes the kernel path where it can and says once on
 				return errors.New("run: --branch and --parent exclude each other")
 			}
 			spec := explore.Spec{Args: args[1:], Branch: branchName, Parent: parent, Binds: binds, Timeout: timeout,
-				OnSuccess: explore.Action(onSuccess), OnFailure: explore.Action(onFailure),
+				MaxStorage: int64(maxStorage),
+				OnSuccess:  explore.Action(onSuccess), OnFailure: explore.Action(onFailure),
 				Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
 			if err := explore.ValidAction(spec.OnSuccess, true); err != nil {
 				return fmt.Errorf("run: --on-success: %w", err)
@@ -144,6 +146,7 @@ the view; auto (the default) takes the kernel path where it can and says once on
 	c.Flags().StringVar(&onSuccess, "on-success", "commit", "commit or keep the branch when CMD exits 0")
 	c.Flags().StringVar(&onFailure, "on-failure", "", "abort or keep the branch otherwise (default: abort a new branch, keep a --branch)")
 	c.Flags().DurationVar(&timeout, "timeout", 0, "end the run after this long (e.g. 30s)")
+	c.Flags().Var(&maxStorage, "max-storage", "limit what the branch's own changes hold to SIZE bytes (512K, 10G): writes beyond it fail with EDQUOT; the run takes the FUSE path")
 	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON record of the run on stdout (CMD's stdout goes to stderr)")
 	c.Flags().StringArrayVar(&binds, "bind", nil, "also show the branch at this path (repeatable)")
 	c.Flags().StringVar(&dataPath, "data-path", string(explore.DataPathAuto), "kernel (overlayfs in the run), fuse (the branch's view) or auto")

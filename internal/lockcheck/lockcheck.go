@@ -50,6 +50,9 @@ type (
 	LayerMake struct{}
 	// LayerDirs is branch's dirFds.mu.
 	LayerDirs struct{}
+	// Quota is branch's Store.quotaMu, held across the system call of a
+	// change it charges (quota.go) and nothing else.
+	Quota struct{}
 	// LoopWriters, LoopDirect, LoopBufs and LoopSlow are fs/transport's
 	// Loop.writeMu, directMu, bufMu and slowMu.
 	LoopWriters struct{}
@@ -75,6 +78,7 @@ func (Holds) rank() (int, string)       { return leaf, "fs FS.holdMu" }
 func (ViewCache) rank() (int, string)   { return leaf, "branch View.cacheMu" }
 func (LayerMake) rank() (int, string)   { return leaf, "branch layer.mu" }
 func (LayerDirs) rank() (int, string)   { return leaf, "branch dirFds.mu" }
+func (Quota) rank() (int, string)       { return leaf, "branch Store.quotaMu" }
 func (LoopWriters) rank() (int, string) { return leaf, "transport Loop.writeMu" }
 func (LoopDirect) rank() (int, string)  { return leaf, "transport Loop.directMu" }
 func (LoopBufs) rank() (int, string)    { return leaf, "transport Loop.bufMu" }

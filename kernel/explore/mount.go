@@ -212,6 +212,21 @@ func (m *Mount) Create(parent, name string) (string, error) {
 	return name, nil
 }
 
+// SetLimit limits what branch name's own changes hold to max bytes (0:
+// no limit of its own): writes beyond it, or beyond the mount's limit
+// (mount --max-storage), fail with EDQUOT. Sizes count rounded up to the
+// store's blocks, each file once. Kernel-path runs are refused in a
+// branch under a limit: the daemon could not count their writes.
+func (m *Mount) SetLimit(name string, max int64) error {
+	if err := checkBranchName(name); err != nil {
+		return fmt.Errorf("limit: %w", err)
+	}
+	if _, err := m.command(name, fs.CmdLimit+":"+strconv.FormatInt(max, 10)); err != nil {
+		return fmt.Errorf("limit %s: %w", name, err)
+	}
+	return nil
+}
+
 // Commit applies a branch to its parent (FS_IOC_BRANCH_COMMIT); the error
 // wraps syscall.ESTALE when a sibling committed first.
 func (m *Mount) Commit(name string) error {

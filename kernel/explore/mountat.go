@@ -18,8 +18,13 @@ type MountOptions struct {
 	// store again brings them back, and finishes or undoes a commit that
 	// a crash interrupted. It must lie outside the base and the mount
 	// point, and on the base's filesystem for commits to move by rename.
-	Store        string
-	MaxBranches  int  // unfinished (live or stale) branches at most; 0: no limit
+	Store       string
+	MaxBranches int // unfinished (live or stale) branches at most; 0: no limit
+	// MaxStorage limits what all branches' changes hold together, in
+	// bytes (sizes rounded up to the store's blocks, each file once):
+	// writes beyond it fail with EDQUOT. 0: no limit. Spec.MaxStorage
+	// limits one run's branch.
+	MaxStorage   int64
 	Durable      bool // flush each commit's journal record to the disk first (power loss)
 	ListBranches bool // list the @NAME entries of live branches in the mount point
 }
@@ -59,8 +64,11 @@ func MountAt(base, mnt string, o MountOptions) (*Mount, error) {
 	if o.MaxBranches < 0 {
 		return nil, fmt.Errorf("mount: negative MaxBranches %d", o.MaxBranches)
 	}
+	if o.MaxStorage < 0 {
+		return nil, fmt.Errorf("mount: negative MaxStorage %d", o.MaxStorage)
+	}
 	var err error
-	cfg := fsdaemon.Config{Durable: o.Durable, MaxBranches: o.MaxBranches,
+	cfg := fsdaemon.Config{Durable: o.Durable, MaxBranches: o.MaxBranches, MaxStorage: o.MaxStorage,
 		FS: fs.Options{Passthrough: fs.PassthroughAuto, PassthroughMinSize: fs.DefaultPassthroughMinSize,
 			Timeout: fs.DefaultTimeout, MaxInodes: fs.DefaultMaxInodes, ListBranches: o.ListBranches}}
 	for _, p := range []struct {

@@ -123,6 +123,9 @@ func holdBranch(view string) (*branch.Layers, error) {
 			if errno == syscall.EOPNOTSUPP {
 				return nil, errors.New("the store cannot hold overlayfs's markers (see the warning of mount)")
 			}
+			if errno == syscall.EDQUOT {
+				return nil, branch.ErrQuotaHold
+			}
 			if e := branch.ErrorOf(errno); e != nil {
 				return nil, fmt.Errorf("holding the branch: %w (%w)", e, errno)
 			}
@@ -246,6 +249,10 @@ func (p *Proc) dataPath() (DataPath, error) {
 		dp = p.m.dataPath
 	}
 	switch {
+	case p.spec.MaxStorage > 0 && dp == DataPathKernel:
+		return "", fmt.Errorf("kernel path: %w", branch.ErrQuotaHold)
+	case p.spec.MaxStorage > 0:
+		return DataPathFUSE, nil // the daemon counts what the run writes
 	case p.m.trusted() || dp == DataPathFUSE:
 		return dp, nil
 	case dp == DataPathKernel:

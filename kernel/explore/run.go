@@ -71,6 +71,11 @@ type Spec struct {
 
 	Binds   []string      // more paths to show the branch at, besides the mount point and the base directory
 	Timeout time.Duration // end the run after this long; 0: no limit
+	// MaxStorage limits what the branch's own changes hold, in bytes
+	// (Mount.SetLimit): writes beyond it fail with EDQUOT. 0: no limit of
+	// the run's own. A run under a storage limit takes the FUSE path,
+	// where the daemon counts every write.
+	MaxStorage int64
 
 	// What to do with the branch when the command exits 0 (default
 	// Commit) and otherwise (default Abort for a branch the run created,
@@ -209,6 +214,9 @@ func (m *Mount) start(ctx context.Context, spec Spec) (*Proc, error) {
 	if len(spec.Args) == 0 || spec.Args[0] == "" {
 		return nil, errors.New("run: no command")
 	}
+	if spec.MaxStorage < 0 {
+		return nil, fmt.Errorf("run: negative MaxStorage %d", spec.MaxStorage)
+	}
 	if spec.Timeout < 0 {
 		return nil, fmt.Errorf("run: negative timeout %v", spec.Timeout)
 	}
@@ -306,6 +314,11 @@ func (m *Mount) start(ctx context.Context, spec Spec) (*Proc, error) {
 	if p.created {
 		if _, err := m.Create(spec.Parent, p.name); err != nil {
 			p.created = false
+			return fail(fmt.Errorf("run: %w", err))
+		}
+	}
+	if spec.MaxStorage > 0 {
+		if err := m.SetLimit(p.name, spec.MaxStorage); err != nil {
 			return fail(fmt.Errorf("run: %w", err))
 		}
 	}
