@@ -38,6 +38,9 @@ type usage struct {
 	limit int64            // the branch's own limit; 0: none (the mount's may apply)
 	bytes int64            // the sum of files
 	files map[uint64]int64 // inode -> its count, for the files that count for something
+	// refused counts the changes a limit refused since the count began
+	// (at Open or SetLimit), for runs to report.
+	refused int64
 }
 
 // counted reports whether b's delta is counted: the mount or b has a limit.
@@ -111,6 +114,7 @@ func (v *View) grow(fd int, end func(size int64) int64, change func() error) err
 		// A file without a name counts for nothing: all of it must fit.
 		want := max(s.roundUp(end(st.Size)), s.roundUp(st.Size))
 		if !s.fits(u, want-u.files[st.Ino]) {
+			u.refused++
 			return ErrQuota
 		}
 	}

@@ -1026,6 +1026,9 @@ type Info struct {
 	// when no limit counts the branch.
 	MaxStorage  int64  `json:"max_storage,omitempty"`
 	StorageUsed *int64 `json:"storage_used,omitempty"`
+	// StorageRefused counts the changes in the branch that a limit
+	// refused (since the mount, or since its limit was set).
+	StorageRefused int64 `json:"storage_refused,omitempty"`
 }
 
 // List describes main and every live or stale branch; with all, also the
@@ -1053,7 +1056,7 @@ func (s *Store) List(all bool) []Info {
 			Created: b.meta.Created, Held: b.held.Load() != nil, MaxStorage: b.meta.MaxStorage}
 		if b.use != nil {
 			used := b.use.bytes
-			in.StorageUsed = &used
+			in.StorageUsed, in.StorageRefused = &used, b.use.refused
 		}
 		out = append(out, in)
 	}

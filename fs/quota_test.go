@@ -261,7 +261,7 @@ func TestUnprivilegedStorageLimit(t *testing.T) {
 		t.Fatalf("a kernel-path run under a limit: %v: %s", err, out)
 	}
 	out, err = tryInHome(home, binary, "run", "--max-storage", "8K", mnt, "--", "sh", "-c", `head -c 12288 /dev/zero > "$BRANCHFS_VIEW"/h`)
-	if err == nil || !strings.Contains(out, "quota") {
+	if err == nil || !strings.Contains(out, "quota") || !strings.Contains(out, "the storage limit refused 1 writes") {
 		t.Fatalf("a run past its limit: %v: %s", err, out)
 	}
 	inHome(t, home, binary, "unmount", mnt)

@@ -41,6 +41,7 @@ type patternFlags struct {
 	timeout     time.Duration
 	candTimeout time.Duration
 	maxParallel int
+	maxStorage  sizeValue
 	outputDir   string
 	asJSON      bool
 	binds       []string
@@ -61,6 +62,7 @@ func (f *patternFlags) add(c *cobra.Command, withN bool) {
 	c.Flags().StringVar(&f.parent, "parent", "", "branch the candidates branch from (default main)")
 	c.Flags().DurationVar(&f.timeout, "timeout", 0, "end the pattern after this long (per level for tree and beam)")
 	c.Flags().DurationVar(&f.candTimeout, "candidate-timeout", 0, "end each candidate that runs longer than this (from when its command starts)")
+	c.Flags().Var(&f.maxStorage, "max-storage", "limit what each candidate's branch holds of its own changes to SIZE bytes (512K, 10G): its writes beyond it fail with EDQUOT")
 	c.Flags().IntVar(&f.maxParallel, "max-parallel", 0, "run at most N candidates at once; the others wait their turn (0: all at once)")
 	c.Flags().StringVar(&f.outputDir, "output-dir", "", "write each candidate's output to DIR/INDEX.out and DIR/INDEX.err instead of the terminal")
 	c.Flags().BoolVar(&f.asJSON, "json", false, "print the outcome as JSON on stdout (candidates' stdout goes to stderr)")
@@ -137,7 +139,8 @@ func (f *patternFlags) candidates(name string, cmd *cobra.Command, args []string
 
 func (f *patternFlags) options() explore.Options {
 	o := explore.Options{Parent: f.parent, Timeout: f.timeout, CandidateTimeout: f.candTimeout, MaxParallel: f.maxParallel,
-		Binds: f.binds, Stderr: os.Stderr, KeepOutput: f.asJSON}
+		MaxStorage: int64(f.maxStorage),
+		Binds:      f.binds, Stderr: os.Stderr, KeepOutput: f.asJSON}
 	o.Dir, _ = os.Getwd()
 	stdout := io.Writer(os.Stdout)
 	if f.asJSON {
@@ -254,6 +257,9 @@ func (f *patternFlags) report(out *explore.Outcome, err error, sig int) error {
 				}
 				if r.TimedOut {
 					line += " timed out"
+				}
+				if r.StorageRefused > 0 {
+					line += fmt.Sprintf(" (storage limit: %d writes refused)", r.StorageRefused)
 				}
 				if r.Score != nil {
 					line += " score " + strconv.FormatFloat(*r.Score, 'g', -1, 64)

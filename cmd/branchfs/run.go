@@ -121,6 +121,9 @@ the view; auto (the default) takes the kernel path where it can and says once on
 				return err
 			}
 			warnContainment("run", []*explore.Result{res})
+			if res.StorageRefused > 0 {
+				fmt.Fprintf(os.Stderr, "branchfs: run: the storage limit refused %d writes (EDQUOT)\n", res.StorageRefused)
+			}
 			if res.Error != "" && err == nil {
 				fmt.Fprintf(os.Stderr, "branchfs: run: %s\n", res.Error)
 			}

@@ -32,6 +32,9 @@ type Options struct {
 	Parent           string        // the branch the candidates branch from; "": main
 	Timeout          time.Duration // for the whole pattern (per level in Tree and Beam); 0: none
 	CandidateTimeout time.Duration // for each candidate, from when its command starts; 0: none
+	// MaxStorage limits what each candidate's branch holds of its own
+	// changes, in bytes, as Spec.MaxStorage; 0: none.
+	MaxStorage int64
 	// MaxParallel caps the candidates that run at once; the others wait
 	// for a place, in order. 0: all at once. However many there are,
 	// the candidates that start together start their commands together,
@@ -111,7 +114,7 @@ func (o *Options) spec(pattern string, args []string, parent string, index int, 
 		parent = o.Parent
 	}
 	s := Spec{Args: args, Env: env, Dir: o.Dir, Binds: o.Binds, Stdout: o.Stdout, Stderr: o.Stderr,
-		Parent: parent, Name: genName(pattern), Index: index, Score: true, Timeout: o.CandidateTimeout, warn: o.warn}
+		Parent: parent, Name: genName(pattern), Index: index, Score: true, Timeout: o.CandidateTimeout, MaxStorage: o.MaxStorage, warn: o.warn}
 	if o.Output != nil {
 		s.Stdout, s.Stderr = o.Output(index)
 	}
@@ -157,6 +160,8 @@ func (o *Options) check(m *Mount) error {
 		return fmt.Errorf("negative timeout %v", o.Timeout)
 	case o.CandidateTimeout < 0:
 		return fmt.Errorf("negative candidate timeout %v", o.CandidateTimeout)
+	case o.MaxStorage < 0:
+		return fmt.Errorf("negative MaxStorage %d", o.MaxStorage)
 	case o.MaxParallel < 0:
 		return fmt.Errorf("negative MaxParallel %d", o.MaxParallel)
 	}

@@ -104,20 +104,23 @@ type kept struct{ stdout, stderr tail }
 
 // Result is how a run ended.
 type Result struct {
-	Branch      string   `json:"branch"`
-	Index       int      `json:"index"`
-	ExitCode    int      `json:"exit_code"`        // -1 when a signal ended it
-	Signal      string   `json:"signal,omitempty"` // e.g. "killed"
-	TimedOut    bool     `json:"timed_out,omitempty"`
-	Duration    float64  `json:"duration_seconds"`
-	Outcome     Action   `json:"outcome,omitempty"` // commit, abort or keep
-	Committed   bool     `json:"committed"`
-	Aborted     bool     `json:"aborted"`
-	DeltaFiles  int64    `json:"delta_files"`
-	DeltaBytes  int64    `json:"delta_bytes"`
-	Containment string   `json:"containment"`
-	DataPath    DataPath `json:"data_path,omitempty"` // kernel or fuse
-	Fallback    string   `json:"fallback,omitempty"`  // why auto took the FUSE path
+	Branch     string  `json:"branch"`
+	Index      int     `json:"index"`
+	ExitCode   int     `json:"exit_code"`        // -1 when a signal ended it
+	Signal     string  `json:"signal,omitempty"` // e.g. "killed"
+	TimedOut   bool    `json:"timed_out,omitempty"`
+	Duration   float64 `json:"duration_seconds"`
+	Outcome    Action  `json:"outcome,omitempty"` // commit, abort or keep
+	Committed  bool    `json:"committed"`
+	Aborted    bool    `json:"aborted"`
+	DeltaFiles int64   `json:"delta_files"`
+	// StorageRefused counts the writes a storage limit refused in the
+	// branch (Spec.MaxStorage, the mount's): EDQUOT to the command.
+	StorageRefused int64    `json:"storage_refused,omitempty"`
+	DeltaBytes     int64    `json:"delta_bytes"`
+	Containment    string   `json:"containment"`
+	DataPath       DataPath `json:"data_path,omitempty"` // kernel or fuse
+	Fallback       string   `json:"fallback,omitempty"`  // why auto took the FUSE path
 	// Stale: a sibling's commit made the branch stale during a kernel-path
 	// run, and the run's processes were killed for it.
 	Stale      bool     `json:"stale,omitempty"`
@@ -705,7 +708,7 @@ func (p *Proc) Keep() {
 
 func (p *Proc) delta(r *Result) {
 	if info, err := p.m.Info(p.name); err == nil {
-		r.DeltaFiles, r.DeltaBytes = info.DeltaFiles, info.DeltaBytes
+		r.DeltaFiles, r.DeltaBytes, r.StorageRefused = info.DeltaFiles, info.DeltaBytes, info.StorageRefused
 	}
 }
 
