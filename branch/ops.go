@@ -896,9 +896,14 @@ func (v *View) RemoveXattr(rel, name string) error {
 	})
 }
 
-// Statfs reports on the filesystem that holds the base.
+// Statfs reports on the filesystem that holds the base; in a branch that
+// a storage limit counts, no more room than the limits leave (quota.go),
+// so that df and tools that check for space see them.
 func (v *View) Statfs() (unix.Statfs_t, error) {
 	var st unix.Statfs_t
-	err := unix.Fstatfs(v.store.base.fd(), &st)
-	return st, err
+	if err := unix.Fstatfs(v.store.base.fd(), &st); err != nil {
+		return st, err
+	}
+	v.store.limitStatfs(v.br, &st)
+	return st, nil
 }

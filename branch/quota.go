@@ -284,6 +284,33 @@ func (s *Store) MeasureStorage(name string) int64 {
 	return total
 }
 
+// limitStatfs makes st, the base filesystem's figures, show no more room
+// than the limits that count b's delta leave, and no more size than they
+// allow. Reads b.use under quotaMu, which count changes it under too: a
+// statfs takes no view lock.
+func (s *Store) limitStatfs(b *branch, st *unix.Statfs_t) {
+	s.quotaMu.Lock()
+	defer s.quotaMu.Unlock()
+	u := b.use
+	unit := st.Frsize
+	if u == nil || unit <= 0 {
+		return
+	}
+	room, size := int64(-1), int64(-1)
+	if u.limit > 0 {
+		room, size = max(u.limit-u.bytes, 0), u.limit
+	}
+	if m := s.opts.MaxStorage; m > 0 && (room < 0 || m-s.used < room) {
+		room, size = max(m-s.used, 0), u.bytes+max(m-s.used, 0)
+	}
+	if room < 0 {
+		return
+	}
+	st.Bfree = min(st.Bfree, uint64(room/unit))
+	st.Bavail = min(st.Bavail, uint64(room/unit))
+	st.Blocks = min(st.Blocks, uint64(size/unit))
+}
+
 // Limited reports that a storage limit counts the view's delta: its
 // writes must reach the daemon, and none may pass through.
 func (v *View) Limited() bool { return v.br.use != nil }

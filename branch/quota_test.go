@@ -322,3 +322,43 @@ func TestStorageExact(t *testing.T) {
 		t.Fatalf("hold of a counted branch: %v", err)
 	}
 }
+
+// TestStorageStatfs: statfs in a counted branch shows the room its limits
+// leave.
+func TestStorageStatfs(t *testing.T) {
+	s, _, _ := quotaStore(t, 64)
+	blk := s.block
+	v, err := s.Create("b", MainName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetLimit("b", 16*blk); err != nil {
+		t.Fatal(err)
+	}
+	f := openW(t, v, "a", 0)
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, 4*blk), 0); err != nil {
+		t.Fatal(err)
+	}
+	st, err := v.Statfs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if room := int64(st.Bavail) * st.Frsize; room != 12*blk || int64(st.Blocks)*st.Frsize != 16*blk {
+		t.Fatalf("statfs in b: %d of %d bytes free; want %d of %d", room, int64(st.Blocks)*st.Frsize, 12*blk, 16*blk)
+	}
+	// The mount's limit, when it leaves less.
+	w, _ := s.Create("c", MainName)
+	g := openW(t, w, "g", 0)
+	defer g.Close()
+	if _, err := g.WriteAt(make([]byte, 56*blk), 0); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = v.Statfs()
+	if room := int64(st.Bavail) * st.Frsize; room != 4*blk {
+		t.Fatalf("statfs in b under the mount's limit: %d bytes free; want %d", room, 4*blk)
+	}
+	if st, _ := s.Main().Statfs(); int64(st.Bavail)*st.Frsize <= 4*blk {
+		t.Fatalf("main, which no limit counts, shows %d bytes free", int64(st.Bavail)*st.Frsize)
+	}
+}

@@ -143,6 +143,11 @@ func TestStorageLimitMounted(t *testing.T) {
 	must(t, os.Remove(filepath.Join(b, "f1")))
 	must(t, appendTo(filepath.Join(b, "file"), 10<<10))
 	m.wantExact("freed", "b")
+	var sfs unix.Statfs_t
+	must(t, unix.Statfs(b, &sfs))
+	if used := *m.counted()["b"].StorageUsed; int64(sfs.Blocks)*sfs.Frsize != 64<<10 || int64(sfs.Bavail)*sfs.Frsize != 64<<10-used {
+		t.Errorf("df in b: %d of %d bytes free; want %d of %d", int64(sfs.Bavail)*sfs.Frsize, int64(sfs.Blocks)*sfs.Frsize, 64<<10-used, 64<<10)
+	}
 
 	// The mount's limit counts every branch.
 	c := m.create("c")
