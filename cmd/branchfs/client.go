@@ -472,8 +472,11 @@ MNT, --store (--storage) DIR finds the mount whose store DIR is.`,
 				if parent == "" {
 					parent = "-"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s, %s\n", branch.Quote(b.Name), branch.Quote(parent), b.State, b.Epoch,
-					count(b.DeltaFiles, "file"), count(b.DeltaBytes, "byte"))
+				delta := count(b.DeltaFiles, "file") + ", " + count(b.DeltaBytes, "byte")
+				if b.StorageUsed != nil {
+					delta += "; " + limitText(b)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", branch.Quote(b.Name), branch.Quote(parent), b.State, b.Epoch, delta)
 			}
 			return w.Flush()
 		},
@@ -481,6 +484,18 @@ MNT, --store (--storage) DIR finds the mount whose store DIR is.`,
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	c.Flags().BoolVar(&all, "all", false, "also list the latest committed and aborted branches (up to 32)")
 	return c
+}
+
+// limitText is what a storage limit counts for a branch of list, main
+// standing for the mount.
+func limitText(b branch.Info) string {
+	switch {
+	case b.Name == branch.MainName:
+		return fmt.Sprintf("all: %d of %d bytes counted", *b.StorageUsed, b.MaxStorage)
+	case b.MaxStorage == 0:
+		return fmt.Sprintf("%d bytes counted (the mount's limit)", *b.StorageUsed)
+	}
+	return fmt.Sprintf("%d of %d bytes counted", *b.StorageUsed, b.MaxStorage)
 }
 
 // count is "1 file", "2 files": n and the noun, plural unless n is 1.
