@@ -82,7 +82,9 @@ func (v *View) Detach(files []*File) error {
 		return err
 	}
 	fds := []int{out}
-	if err = fillCopy(src, out, &st, true); err == nil {
+	// Unnamed, the copy counts for nothing, but must fit (quota.go).
+	err = v.grow(out, func(int64) int64 { return st.Size }, func() error { return fillCopy(src, out, &st, true) })
+	if err == nil {
 		for range files[1:] {
 			var fd int
 			if fd, err = unix.FcntlInt(uintptr(out), unix.F_DUPFD_CLOEXEC, 0); err != nil {
