@@ -145,6 +145,10 @@ func (n *Node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	}
 	in := n.newChild(ctx, name, e, out)
 	child := in.Operations().(*Node)
+	if f.Writable() && n.view.Limited() && child.passing() {
+		f.Close() // as Node.Open: its writes would pass the storage limit by
+		return nil, nil, 0, syscall.EBUSY
+	}
 	h, fuseFlags := child.newHandle(f, true, 0, flags)
 	return in, h.forGoFuse(), fuseFlags, 0
 }
