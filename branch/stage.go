@@ -83,7 +83,7 @@ func (s *Store) makeStage(c *commitRun) error {
 	}
 	for try := 0; ; try++ {
 		err := s.makeBaseStage(c)
-		if !errors.Is(err, unix.EEXIST) || try == 8 {
+		if !errors.Is(err, unix.EEXIST) && !errors.Is(err, errForeignStage) || try == 8 {
 			return err
 		}
 		c.j.Tag = filepath.Base(s.freshName("stage"))
@@ -108,28 +108,40 @@ func (s *Store) makeBaseStage(c *commitRun) error {
 		}
 	}
 	root := s.base.fd()
-	if err := unix.Mkdirat(root, name, 0o700); err != nil {
+	// Mode 0 marks the directory as the one made here: where others may
+	// rename in the base's root (no sticky bit), one of them can swap
+	// another directory of the daemon's user in at its name before the
+	// open below, which the commit would then fill and empty.
+	if err := unix.Mkdirat(root, name, 0); err != nil {
 		os.Remove(recPath)
 		return &os.PathError{Op: "mkdir", Path: filepath.Join(s.meta.Base, name), Err: err}
 	}
 	c.j.Stage = filepath.Join(s.meta.Base, name)
 	fd, err := s.openStage(name, 0)
+	var st unix.Stat_t
+	if err == nil {
+		err = unix.Fstat(fd, &st)
+		if err == nil && !isFreshDir(fd, &st) {
+			err = errForeignStage
+		}
+		if err != nil {
+			unix.Close(fd)
+		}
+	}
 	if err != nil {
-		// Replaced already: whatever is there now is someone else's.
+		// Replaced already: whatever is there now is someone else's,
+		// and so may be the directory made here, wherever it went.
 		os.Remove(recPath)
+		log.Printf("%s: %v: left alone", c.j.Stage, err)
 		return &os.PathError{Op: "open", Path: c.j.Stage, Err: err}
 	}
-	var st unix.Stat_t
-	err = unix.Fstat(fd, &st)
-	if err == nil {
-		// A set-group-ID root passes its bit on, a default ACL its
-		// entries: neither is wanted here (nor on the copies made here).
-		err = unix.Fchmod(fd, 0o700)
-		for _, acl := range []string{"system.posix_acl_default", "system.posix_acl_access"} {
-			if err == nil {
-				if e := unix.Fremovexattr(fd, acl); e != nil && !errors.Is(e, unix.ENODATA) && !errors.Is(e, unix.EOPNOTSUPP) {
-					err = e
-				}
+	// A set-group-ID root passes its bit on, a default ACL its entries:
+	// neither is wanted here (nor on the copies made here).
+	err = unix.Fchmod(fd, 0o700)
+	for _, acl := range []string{"system.posix_acl_default", "system.posix_acl_access"} {
+		if err == nil {
+			if e := unix.Fremovexattr(fd, acl); e != nil && !errors.Is(e, unix.ENODATA) && !errors.Is(e, unix.EOPNOTSUPP) {
+				err = e
 			}
 		}
 	}
@@ -144,6 +156,21 @@ func (s *Store) makeBaseStage(c *commitRun) error {
 	}
 	c.stage, c.j.StageIno = fd, st.Ino
 	return nil
+}
+
+// isFreshDir reports whether the directory open at fd (st) is as
+// makeBaseStage makes it: no permission bits and nothing in it.
+func isFreshDir(fd int, st *unix.Stat_t) bool {
+	if st.Mode&0o777 != 0 {
+		return false
+	}
+	dfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(dfd)
+	names, err := fdNames(dfd)
+	return err == nil && len(names) == 0
 }
 
 // isOwnDir reports whether st is a directory the daemon may have made as
@@ -301,6 +328,16 @@ func (s *Store) sweepBaseStages() {
 		data, _ := os.ReadFile(rec)
 		ino, _ := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
 		if !isStageName(name) {
+			os.Remove(rec)
+			continue
+		}
+		if ino == 0 {
+			// A crash before the record got its inode number: the
+			// stage was empty then, and nothing vouches for what has
+			// its name now but that rmdir removes only what is empty.
+			if err := unix.Unlinkat(s.base.fd(), name, unix.AT_REMOVEDIR); err != nil && !isNotExist(err) {
+				log.Printf("%s: %v: left alone", filepath.Join(s.meta.Base, name), err)
+			}
 			os.Remove(rec)
 			continue
 		}

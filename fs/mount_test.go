@@ -26,6 +26,7 @@ var binary, helper string
 func TestMain(m *testing.M) {
 	fsopHelper()
 	randomHelper()
+	exchangeHelper()
 	if os.Getenv(envInRun) != "" {
 		// Checks inside a run (kernelpath_test.go), by this binary.
 		helper = os.Args[0]

@@ -1,12 +1,16 @@
 package fs_test
 
 import (
+	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"unsafe"
 
 	"github.com/branchfs/branchfs/branch"
 	"golang.org/x/sys/unix"
@@ -196,6 +200,104 @@ func TestStageAttackMissing(t *testing.T) {
 			if left := otherStages(t, m); len(left) > 0 {
 				t.Errorf("stages left in the base: %v", left)
 			}
+		})
+	}
+}
+
+// exchangeHelper is the attacker of TestStageAttackExchange, when this
+// binary was started as it: on each stage made in the base's root it
+// exchanges the stage with the directory victim, there too, before the
+// daemon can open it, and says so on standard output.
+func exchangeHelper() {
+	spec := os.Getenv("BRANCHFS_EXCHANGE")
+	if spec == "" {
+		return
+	}
+	base, victim, _ := strings.Cut(spec, "\x1f")
+	in, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err == nil {
+		_, err = unix.InotifyAddWatch(in, base, unix.IN_CREATE)
+	}
+	dir, err2 := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil || err2 != nil {
+		fmt.Println("inotify:", err, err2)
+		os.Exit(1)
+	}
+	fmt.Println("ready")
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.Read(in, buf)
+		if err != nil {
+			os.Exit(1)
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			e := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(e.Len)]), "\x00")
+			off += unix.SizeofInotifyEvent + int(e.Len)
+			if strings.HasPrefix(name, branch.StageName) {
+				if unix.Renameat2(dir, name, dir, victim, unix.RENAME_EXCHANGE) == nil {
+					fmt.Println("exchanged", name)
+				}
+			}
+		}
+	}
+}
+
+// TestStageAttackExchange: where the base's root has no sticky bit, the
+// attacker exchanges each stage the daemon makes there, before the daemon
+// opens it, with a private directory of root's in the base's root, which
+// the attacker may rename but not empty; the commit must not take root's
+// directory for its stage, and so empty it.
+func TestStageAttackExchange(t *testing.T) {
+	for _, layout := range []string{"apart", "bind"} {
+		t.Run(layout, func(t *testing.T) {
+			t.Parallel()
+			m := sharedBase(t, layout, 0o777)
+			private := filepath.Join(m.base, "private")
+			must(t, os.Mkdir(private, 0o700))
+			writeFile(t, filepath.Join(private, "keep"), "root's\n")
+			cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", helper)
+			cmd.Env = append(os.Environ(), "BRANCHFS_EXCHANGE="+m.base+"\x1fprivate")
+			out, err := cmd.StdoutPipe()
+			must(t, err)
+			must(t, cmd.Start())
+			defer func() {
+				cmd.Process.Kill()
+				cmd.Wait()
+			}()
+			lines := bufio.NewScanner(out)
+			if !lines.Scan() || lines.Text() != "ready" {
+				t.Fatalf("the attacker: %q", lines.Text())
+			}
+			exchanged := make(chan string, 100)
+			go func() {
+				for lines.Scan() {
+					exchanged <- lines.Text()
+				}
+				close(exchanged)
+			}()
+			won := 0
+			for i := 0; i < 20 && won == 0; i++ {
+				b := m.create(fmt.Sprint("b", i))
+				writeFile(t, filepath.Join(b, "new"), "new\n")
+				if _, errOut, code := m.cli("commit", b); code != 0 {
+					t.Logf("commit %d: %s", i, errOut)
+				}
+				for len(exchanged) > 0 {
+					t.Log(<-exchanged)
+					won++
+				}
+			}
+			if won == 0 {
+				t.Skip("the attacker never exchanged a stage in time")
+			}
+			// Wherever the attacker put root's directory, it holds root's file.
+			found, err := filepath.Glob(filepath.Join(m.base, "*", "keep"))
+			must(t, err)
+			if len(found) != 1 {
+				t.Fatalf("root's private directory lost its file: found %v", found)
+			}
+			wantContent(t, found[0], "root's\n")
 		})
 	}
 }
