@@ -108,11 +108,12 @@ func (s *Store) makeBaseStage(c *commitRun) error {
 		}
 	}
 	root := s.base.fd()
-	// Mode 0 marks the directory as the one made here: where others may
-	// rename in the base's root (no sticky bit), one of them can swap
-	// another directory of the daemon's user in at its name before the
-	// open below, which the commit would then fill and empty.
-	if err := unix.Mkdirat(root, name, 0); err != nil {
+	// Where others may rename in the base's root (no sticky bit), one of
+	// them can swap another directory of the daemon's user in at the
+	// name before the open below, which the commit would then fill and
+	// empty: what is opened must be empty and without write permission,
+	// as made here (isFreshDir).
+	if err := unix.Mkdirat(root, name, 0o500); err != nil {
 		os.Remove(recPath)
 		return &os.PathError{Op: "mkdir", Path: filepath.Join(s.meta.Base, name), Err: err}
 	}
@@ -159,9 +160,10 @@ func (s *Store) makeBaseStage(c *commitRun) error {
 }
 
 // isFreshDir reports whether the directory open at fd (st) is as
-// makeBaseStage makes it: no permission bits and nothing in it.
+// makeBaseStage makes it: writable by nobody, not even its owner, and
+// empty.
 func isFreshDir(fd int, st *unix.Stat_t) bool {
-	if st.Mode&0o777 != 0 {
+	if st.Mode&0o277 != 0 {
 		return false
 	}
 	dfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
