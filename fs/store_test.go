@@ -43,6 +43,21 @@ func TestStoreOthersCanChange(t *testing.T) {
 			t.Errorf("mount --store %s: %v: %q, want one line with %q", c.store, err, out, c.want)
 		}
 	}
+	// A link the attacker planted where root's store is to be, to a
+	// directory of root's that is safe in itself, whose tmp a store's
+	// opening empties: refused, and the directory left alone.
+	victim := t.TempDir()
+	must(t, os.Mkdir(filepath.Join(victim, "tmp"), 0o755))
+	writeFile(t, filepath.Join(victim, "tmp", "precious"), "root's\n")
+	attack(t, `ln -s "$1" "$2"`, victim, filepath.Join(dir, "planted"))
+	want := filepath.Join(dir, "planted") + " is a symbolic link owned by uid 65534, not by root or you"
+	if out, err := mount(filepath.Join(dir, "planted")); err == nil || !strings.Contains(out, want) {
+		t.Errorf("mount --store through the attacker's link: %v: %q, want %q", err, out, want)
+	}
+	wantContent(t, filepath.Join(victim, "tmp", "precious"), "root's\n")
+	if _, err := os.Stat(filepath.Join(victim, "branchfs.json")); err == nil {
+		t.Errorf("root made a store where the attacker's link led")
+	}
 	if _, err := os.Lstat(filepath.Join(dir, "made-by-root")); err == nil {
 		t.Errorf("root made the file the attacker's link named")
 	}

@@ -76,23 +76,81 @@ func MakePrivate(path string) (string, error) {
 }
 
 // resolve returns the absolute, clean path with the symbolic links of its
-// longest existing prefix resolved.
+// longest existing prefix resolved. A link on the way must be root's or
+// the user's, in a directory that only they can change (a sticky one
+// too, where only a link's owner may replace it), as the directories
+// are: a link someone else made or could change would let them choose
+// the directory, one of root's with a tmp in it, say, which a store
+// empties.
 func resolve(path string) (string, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return "", err
 	}
-	rest := ""
-	for d := abs; ; d = filepath.Dir(d) {
-		r, err := filepath.EvalSymlinks(d)
-		if err == nil {
-			return filepath.Join(r, rest), nil
+	for links := 0; ; links++ {
+		link, rest, err := firstLink(abs)
+		if err != nil || link == "" {
+			return abs, err
 		}
-		if !errors.Is(err, os.ErrNotExist) || d == "/" {
+		if links == 40 {
+			return "", &os.PathError{Op: "resolve", Path: path, Err: unix.ELOOP}
+		}
+		if err := checkLink(link); err != nil {
 			return "", err
 		}
-		rest = filepath.Join(filepath.Base(d), rest)
+		target, err := os.Readlink(link)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(link), target)
+		}
+		abs = filepath.Join(target, rest)
 	}
+}
+
+// firstLink returns the first prefix of the absolute, clean path that is
+// a symbolic link, and the rest of path after it; "" if there is none up
+// to the first component that does not exist.
+func firstLink(path string) (string, string, error) {
+	cur := "/"
+	names := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	for i, name := range names {
+		if name == "" {
+			continue
+		}
+		cur = filepath.Join(cur, name)
+		fi, err := os.Lstat(cur)
+		if errors.Is(err, os.ErrNotExist) {
+			return "", "", nil
+		}
+		if err != nil {
+			return "", "", err
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			return cur, filepath.Join(names[i+1:]...), nil
+		}
+	}
+	return "", "", nil
+}
+
+// checkLink checks that nobody but root and the user can have made or can
+// change the symbolic link at link, a path without links before its last
+// component.
+func checkLink(link string) error {
+	fd, err := walkResolved(filepath.Dir(link), false, false)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstatat(fd, filepath.Base(link), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &os.PathError{Op: "lstat", Path: link, Err: err}
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK && st.Uid != 0 && st.Uid != uint32(os.Geteuid()) {
+		return &Error{link, fmt.Sprintf("is a symbolic link owned by uid %d, not by root or you", st.Uid)}
+	}
+	return nil
 }
 
 func walk(path string, create bool) (string, error) {
@@ -100,22 +158,37 @@ func walk(path string, create bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return real, &os.PathError{Op: "open", Path: "/", Err: err}
+	fd, err := walkResolved(real, create, true)
+	if err == nil {
+		unix.Close(fd)
 	}
-	defer func() { unix.Close(fd) }()
+	return real, err
+}
+
+// walkResolved walks real, a path without symbolic links, from / and
+// returns the last directory open (O_PATH); strict: the last is checked
+// as the directory asked about, else as one on the way.
+func walkResolved(real string, create, strict bool) (fd int, err error) {
+	fd, err = unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: "/", Err: err}
+	}
+	defer func() {
+		if err != nil {
+			unix.Close(fd)
+		}
+	}()
 	var names []string
 	if real != "/" {
 		names = strings.Split(real[1:], "/")
 	}
 	cur := "/"
 	for i := 0; ; i++ {
-		if err := checkDir(fd, cur, i == len(names)); err != nil {
-			return real, err
+		if err := checkDir(fd, cur, strict && i == len(names)); err != nil {
+			return fd, err
 		}
 		if i == len(names) {
-			return real, nil
+			return fd, nil
 		}
 		name := names[i]
 		cur = filepath.Join(cur, name)
@@ -129,11 +202,11 @@ func walk(path string, create bool) (string, error) {
 		}
 		switch {
 		case errors.Is(err, unix.ELOOP):
-			return real, &Error{cur, "is a symbolic link"}
+			return fd, &Error{cur, "is a symbolic link"}
 		case errors.Is(err, unix.ENOTDIR):
-			return real, &Error{cur, "is not a directory"}
+			return fd, &Error{cur, "is not a directory"}
 		case err != nil:
-			return real, &os.PathError{Op: "open", Path: cur, Err: err}
+			return fd, &os.PathError{Op: "open", Path: cur, Err: err}
 		}
 		unix.Close(fd)
 		fd = next

@@ -39,6 +39,16 @@ func TestCheck(t *testing.T) {
 	mk("theirs/mine", 0o700, 0)
 	must(t, os.Symlink(filepath.Join(top, "ok", "sub"), filepath.Join(top, "link")))
 	must(t, os.Symlink(filepath.Join(top, "theirs", "mine"), filepath.Join(top, "badlink")))
+	// Links in a sticky directory: root's, and one the other user made
+	// there to a directory of root's that is safe in itself.
+	must(t, os.Symlink(filepath.Join(top, "ok", "sub"), filepath.Join(top, "sticky", "rootlink")))
+	must(t, os.Symlink(filepath.Join(top, "ok", "sub"), filepath.Join(top, "sticky", "theirlink")))
+	must(t, os.Lchown(filepath.Join(top, "sticky", "theirlink"), other, other))
+	must(t, os.Symlink("../ok", filepath.Join(top, "sticky", "theirdirlink")))
+	must(t, os.Lchown(filepath.Join(top, "sticky", "theirdirlink"), other, other))
+	// Root's link in a directory the other user may write: it can be
+	// replaced.
+	must(t, os.Symlink(filepath.Join(top, "ok", "sub"), filepath.Join(top, "open", "rootlink")))
 	for _, c := range []struct{ rel, want string }{
 		{"ok/sub", ""},
 		{"sticky/mine", ""},
@@ -51,6 +61,10 @@ func TestCheck(t *testing.T) {
 		{"theirs/mine", "theirs is owned by uid 65534, not by root or you"},
 		{"badlink", "theirs is owned by uid 65534, not by root or you"},
 		{"ok/missing", "no such file or directory"},
+		{"sticky/rootlink", ""},
+		{"sticky/theirlink", "sticky/theirlink is a symbolic link owned by uid 65534, not by root or you"},
+		{"sticky/theirdirlink/sub", "sticky/theirdirlink is a symbolic link owned by uid 65534, not by root or you"},
+		{"open/rootlink", "open is writable by others (mode 0777)"},
 	} {
 		_, err := Check(filepath.Join(top, c.rel))
 		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.HasSuffix(err.Error(), c.want)) {
@@ -77,6 +91,12 @@ func TestCheck(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(top, "open", "new")); err == nil {
 		t.Errorf("Make made a directory under a directory open to others")
+	}
+	if _, err := Make(filepath.Join(top, "sticky", "theirdirlink", "new")); err == nil {
+		t.Errorf("Make through another's link succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(top, "ok", "new")); err == nil {
+		t.Errorf("Make made a directory where another's link led")
 	}
 
 	// MakePrivate tightens the mode of the user's own directory and
