@@ -21,6 +21,11 @@ cd /
 /tests/branch_test
 echo "== go binding"
 BRANCHFS_GUEST_MNT=/work /tests/kernel.test -test.v -test.count=1
+# The limits of runs (memory, pids, cpu), with every controller of a
+# cgroup2 mounted for them alone.
+mkdir -p /data/tmp && mount -t cgroup2 cgroup2 /sys/fs/cgroup
+TMPDIR=/data/tmp BRANCHFS_TEST_BINARY=/bin/branchfs /tests/explore.test -test.v -test.count=1 -test.run '^TestLimits$|^TestLimitsBadInput$'
+umount /sys/fs/cgroup
 if [ -x /tests/criu-test.sh ]; then
 	echo "== checkpoint and restore"
 	/tests/criu-test.sh

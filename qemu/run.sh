@@ -18,6 +18,7 @@ mkdir -p "$root"/{bin,tests,dev,proc,sys,tmp}
 cp /bin/busybox "$root/bin/busybox"
 (cd "$repo" && CGO_ENABLED=0 go build -o "$root/bin/branchfs" ./cmd/branchfs)
 (cd "$repo" && CGO_ENABLED=0 go test -c -o "$root/tests/kernel.test" ./kernel)
+(cd "$repo" && CGO_ENABLED=0 go test -c -o "$root/tests/explore.test" ./kernel/explore)
 gcc -static -O2 -pthread -Wall -Wno-format-truncation -I"$repo/prototype/include" -o "$root/tests/branch_test" "$repo/prototype/tests/branch_test.c"
 install -m 755 "$here/init.sh" "$root/init"
 "$here/criu.sh" "$root" # checkpoint tests: criu, its libraries, a subject
@@ -68,7 +69,7 @@ cat "$work/console.log"
 want="available bad_input create_n1 create_n3 create_n8 create_n64 commit_race abort nesting
 isolate no_isolate_control close_fds no_close_fds_control grandchild_killed failed_fs_commit
 partial_failure signals_during_create names_copied_once confined_view caller_killed fence_more
-no_fence_more_control fs_rebase traced_fork_events pidfds_and_attr limits view_locked winner_after_commit nproc_unprivileged perf_fork_records unstarted_child gate_cgroup_kill trace_fork_event nproc_fs_unprivileged TestAvailable TestBranchFromGo
+no_fence_more_control fs_rebase traced_fork_events pidfds_and_attr limits view_locked winner_after_commit nproc_unprivileged perf_fork_records unstarted_child gate_cgroup_kill trace_fork_event nproc_fs_unprivileged TestAvailable TestBranchFromGo TestLimits TestLimitsBadInput
 criu_available criu_kdat_cached criu_checkpoint criu_clones_1 criu_clones_3 criu_clones_8 criu_generation_ids
 criu_fail_all criu_commit_race criu_incremental criu_incremental_anon criu_lazy_restore criu_lazy_prefetch"
 results=$work/results

@@ -45,6 +45,8 @@ type patternFlags struct {
 	outputDir   string
 	asJSON      bool
 	binds       []string
+	limits      limitFlags
+	lim         explore.Limits
 
 	files   []*os.File      // --output-dir's, closed by report
 	prefix  []*prefixWriter // the terminal's, flushed by report
@@ -67,6 +69,7 @@ func (f *patternFlags) add(c *cobra.Command, withN bool) {
 	c.Flags().StringVar(&f.outputDir, "output-dir", "", "write each candidate's output to DIR/INDEX.out and DIR/INDEX.err instead of the terminal")
 	c.Flags().BoolVar(&f.asJSON, "json", false, "print the outcome as JSON on stdout (candidates' stdout goes to stderr)")
 	c.Flags().StringArrayVar(&f.binds, "bind", nil, "also show each candidate's branch at this path (repeatable)")
+	f.limits.add(c, "each candidate")
 	c.Flags().StringVar(&f.dataPath, "data-path", string(explore.DataPathAuto), "as run --data-path: kernel, fuse or auto")
 	c.Args = cobra.ArbitraryArgs
 }
@@ -98,6 +101,7 @@ func (f *patternFlags) mount(name string, cmd *cobra.Command, args []string, wan
 	if f.maxParallel < 0 {
 		return nil, nil, fmt.Errorf("%s: --max-parallel must not be negative", name)
 	}
+	f.lim = f.limits.limits()
 	if f.outputDir != "" {
 		if fi, err := os.Stat(f.outputDir); err != nil || !fi.IsDir() {
 			return nil, nil, fmt.Errorf("%s: --output-dir %s: not a directory", name, f.outputDir)
@@ -138,7 +142,7 @@ func (f *patternFlags) candidates(name string, cmd *cobra.Command, args []string
 }
 
 func (f *patternFlags) options() explore.Options {
-	o := explore.Options{Parent: f.parent, Timeout: f.timeout, CandidateTimeout: f.candTimeout, MaxParallel: f.maxParallel,
+	o := explore.Options{Parent: f.parent, Timeout: f.timeout, CandidateTimeout: f.candTimeout, MaxParallel: f.maxParallel, Limits: f.lim,
 		MaxStorage: int64(f.maxStorage),
 		Binds:      f.binds, Stderr: os.Stderr, KeepOutput: f.asJSON}
 	o.Dir, _ = os.Getwd()
@@ -260,6 +264,9 @@ func (f *patternFlags) report(out *explore.Outcome, err error, sig int) error {
 				}
 				if r.StorageRefused > 0 {
 					line += fmt.Sprintf(" (storage limit: %d writes refused)", r.StorageRefused)
+				}
+				if hit := limitsHit(r); hit != "" {
+					line += " " + hit
 				}
 				if r.Score != nil {
 					line += " score " + strconv.FormatFloat(*r.Score, 'g', -1, 64)

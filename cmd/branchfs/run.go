@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,6 +20,33 @@ import (
 type exitStatus int
 
 func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// limitFlags are the limits of a run, or of each candidate of a pattern.
+type limitFlags struct {
+	memory sizeValue
+	pids   int
+	cpus   float64
+}
+
+func (f *limitFlags) add(c *cobra.Command, what string) {
+	c.Flags().Var(&f.memory, "memory", "the most memory "+what+" may use, e.g. 512M (its cgroup's memory.max; past it the kernel kills a process of it)")
+	c.Flags().IntVar(&f.pids, "pids", 0, "the most processes and threads "+what+" may have at once (pids.max; a fork past it fails)")
+	c.Flags().Float64Var(&f.cpus, "cpus", 0, "the CPU time "+what+" may take, in CPUs, e.g. 0.5 (cpu.max)")
+}
+
+// limits are the flags' limits. One this machine cannot enforce fails the
+// run when it starts, with the reason.
+func (f *limitFlags) limits() explore.Limits {
+	return explore.Limits{Memory: int64(f.memory), Pids: f.pids, CPUs: f.cpus}
+}
+
+// limitsHit says which limits a run or candidate ran into, or "".
+func limitsHit(r *explore.Result) string {
+	if len(r.LimitsHit) == 0 {
+		return ""
+	}
+	return "hit its " + strings.Join(r.LimitsHit, " and ") + " limit"
+}
 
 // warnContainment says, once, when a PID namespace alone held the
 // processes of a run or a pattern's candidates.
@@ -63,6 +91,7 @@ func runCmd() *cobra.Command {
 	var maxStorage sizeValue
 	var asJSON bool
 	var binds []string
+	var lim limitFlags
 	c := &cobra.Command{
 		Use:   "run MNT -- CMD ARGS...",
 		Short: "Run CMD in a branch in which MNT shows the branch; commit or abort it when CMD ends",
@@ -99,6 +128,7 @@ the view; auto (the default) takes the kernel path where it can and says once on
 				}
 			}
 			spec.Dir, _ = os.Getwd()
+			spec.Limits = lim.limits()
 			var err error
 			if spec.DataPath, err = explore.ParseDataPath(dataPath); err != nil {
 				return fmt.Errorf("run: --%w", err)
@@ -127,6 +157,9 @@ the view; auto (the default) takes the kernel path where it can and says once on
 			if res.Error != "" && err == nil {
 				fmt.Fprintf(os.Stderr, "branchfs: run: %s\n", res.Error)
 			}
+			if hit := limitsHit(res); hit != "" {
+				fmt.Fprintf(os.Stderr, "branchfs: run: the command %s (%s)\n", hit, spec.Limits)
+			}
 			if asJSON {
 				json.NewEncoder(os.Stdout).Encode(res)
 			} else if res.Outcome == explore.Keep {
@@ -152,6 +185,7 @@ the view; auto (the default) takes the kernel path where it can and says once on
 	c.Flags().Var(&maxStorage, "max-storage", "limit what the branch's own changes hold to SIZE bytes (512K, 10G): writes beyond it fail with EDQUOT; the run takes the FUSE path")
 	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON record of the run on stdout (CMD's stdout goes to stderr)")
 	c.Flags().StringArrayVar(&binds, "bind", nil, "also show the branch at this path (repeatable)")
+	lim.add(c, "the run")
 	c.Flags().StringVar(&dataPath, "data-path", string(explore.DataPathAuto), "kernel (overlayfs in the run), fuse (the branch's view) or auto")
 	return c
 }

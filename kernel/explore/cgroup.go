@@ -100,12 +100,19 @@ type cgroup struct {
 	fd  *os.File // the directory, for clone3's CLONE_INTO_CGROUP
 }
 
-// newCgroup makes the cgroup at dir (its parent made as needed).
-func newCgroup(dir string) (*cgroup, error) {
+// newCgroup makes the cgroup at dir (its parent made as needed), under
+// root, the runner's own, with limits l.
+func newCgroup(root, dir string, l Limits) (*cgroup, error) {
 	for range 3 {
 		// A concurrent run's removeCgroup may drop an empty parent
 		// between the two mkdirs.
 		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			return nil, err
+		}
+		if err := enableControllers(root, filepath.Dir(dir), l); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
 			return nil, err
 		}
 		err := os.Mkdir(dir, 0o755)
@@ -127,6 +134,11 @@ func newCgroup(dir string) (*cgroup, error) {
 		fd.Close()
 		os.Remove(dir)
 		return nil, fmt.Errorf("no cgroup.kill: %w", err)
+	}
+	if err := setLimits(dir, l); err != nil {
+		fd.Close()
+		os.Remove(dir)
+		return nil, err
 	}
 	return &cgroup{dir: dir, fd: fd}, nil
 }

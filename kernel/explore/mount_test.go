@@ -26,6 +26,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if mb := os.Getenv(envHog); mb != "" {
+		hog(mb) // a candidate of TestLimits
+	}
 	if os.Getenv("BRANCHFS_TEST_USERNS") != "" {
 		os.Exit(m.Run()) // TestUserNamespace, as an ordinary user
 	}
@@ -46,12 +49,15 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	os.Chmod(dir, 0o755) // TestUnprivilegedRun runs it as nobody
-	binary = filepath.Join(dir, "branchfs")
-	cmd := exec.Command("go", "build", "-o", binary, "../../cmd/branchfs")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Println("building branchfs:", err)
-		os.Exit(1)
+	// The QEMU guest, which has no Go, gives a binary built for it.
+	if binary = os.Getenv("BRANCHFS_TEST_BINARY"); binary == "" {
+		binary = filepath.Join(dir, "branchfs")
+		cmd := exec.Command("go", "build", "-o", binary, "../../cmd/branchfs")
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Println("building branchfs:", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	unmounts.Wait()

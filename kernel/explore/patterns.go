@@ -35,6 +35,7 @@ type Options struct {
 	// MaxStorage limits what each candidate's branch holds of its own
 	// changes, in bytes, as Spec.MaxStorage; 0: none.
 	MaxStorage int64
+	Limits     Limits // for each candidate: its memory, processes and CPU
 	// MaxParallel caps the candidates that run at once; the others wait
 	// for a place, in order. 0: all at once. However many there are,
 	// the candidates that start together start their commands together,
@@ -114,7 +115,8 @@ func (o *Options) spec(pattern string, args []string, parent string, index int, 
 		parent = o.Parent
 	}
 	s := Spec{Args: args, Env: env, Dir: o.Dir, Binds: o.Binds, Stdout: o.Stdout, Stderr: o.Stderr,
-		Parent: parent, Name: genName(pattern), Index: index, Score: true, Timeout: o.CandidateTimeout, MaxStorage: o.MaxStorage, warn: o.warn}
+		Parent: parent, Name: genName(pattern), Index: index, Score: true, Timeout: o.CandidateTimeout, MaxStorage: o.MaxStorage, warn: o.warn,
+		Limits: o.Limits}
 	if o.Output != nil {
 		s.Stdout, s.Stderr = o.Output(index)
 	}
@@ -164,6 +166,9 @@ func (o *Options) check(m *Mount) error {
 		return fmt.Errorf("negative MaxStorage %d", o.MaxStorage)
 	case o.MaxParallel < 0:
 		return fmt.Errorf("negative MaxParallel %d", o.MaxParallel)
+	}
+	if err := o.Limits.check(); err != nil {
+		return err
 	}
 	if o.Parent != "" && o.Parent != branch.MainName {
 		info, err := m.Info(o.Parent)
@@ -557,7 +562,7 @@ func (m *Mount) reflexion(ctx context.Context, cmd []string, retries int, critiq
 		if critique != nil {
 			var c tail
 			cs := o.spec("", critique, "", i, EnvFeedback+"="+feedback)
-			cs.Parent, cs.Name, cs.Branch, cs.Score, cs.keep = "", "", p.Branch(), false, nil
+			cs.Parent, cs.Name, cs.Branch, cs.Score, cs.keep, cs.MaxStorage = "", "", p.Branch(), false, nil, 0
 			cs.Stdout, cs.Stderr = &c, o.Stderr
 			if cp, err := m.Start(ctx, cs); err == nil {
 				cp.Wait()
@@ -754,7 +759,7 @@ func (m *Mount) judge(ctx context.Context, judge []string, a, b string, o Option
 func (m *Mount) expandIn(ctx context.Context, expand []string, name string, depth int, o Options) ([][]string, error) {
 	var t bytes.Buffer
 	s := o.spec("", expand, "", 0, EnvDepth+"="+strconv.Itoa(depth))
-	s.Parent, s.Name, s.Branch, s.Score, s.keep, s.Timeout = "", "", name, false, nil, 0
+	s.Parent, s.Name, s.Branch, s.Score, s.keep, s.Timeout, s.MaxStorage = "", "", name, false, nil, 0, 0
 	s.Stdout, s.Stderr = &t, o.Stderr
 	p, err := m.Start(ctx, s)
 	if err != nil {

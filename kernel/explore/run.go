@@ -76,6 +76,7 @@ type Spec struct {
 	// the run's own. A run under a storage limit takes the FUSE path,
 	// where the daemon counts every write.
 	MaxStorage int64
+	Limits     Limits // memory, processes and CPU of the run's processes together
 
 	// What to do with the branch when the command exits 0 (default
 	// Commit) and otherwise (default Abort for a branch the run created,
@@ -131,6 +132,12 @@ type Result struct {
 	Warnings   []string `json:"warnings,omitempty"`
 	Stdout     string   `json:"stdout,omitempty"` // Options.KeepOutput: the last 64 KiB of each
 	Stderr     string   `json:"stderr,omitempty"`
+	// LimitsHit names the Spec.Limits the run ran into: "memory" when the
+	// kernel killed a process of it for want of memory, "pids" when a
+	// fork failed for the process limit (StorageRefused tells of
+	// MaxStorage).
+	LimitsHit  []string `json:"limits_hit,omitempty"`
+	CPUSeconds float64  `json:"cpu_seconds,omitempty"` // CPU time its processes took (with a cgroup)
 
 	sig syscall.Signal
 }
@@ -225,6 +232,9 @@ func (m *Mount) start(ctx context.Context, spec Spec) (*Proc, error) {
 	}
 	if spec.LastPID < 0 {
 		return nil, fmt.Errorf("run: negative LastPID %d", spec.LastPID)
+	}
+	if err := spec.Limits.check(); err != nil {
+		return nil, fmt.Errorf("run: %w", err)
 	}
 	if spec.OnSuccess != "" {
 		if err := ValidAction(spec.OnSuccess, true); err != nil {
@@ -326,9 +336,14 @@ func (m *Mount) start(ctx context.Context, spec Spec) (*Proc, error) {
 		}
 	}
 	if cgErr == nil {
-		p.cg, cgErr = newCgroup(rec.Cgroup)
+		p.cg, cgErr = newCgroup(root, rec.Cgroup, spec.Limits)
 	}
 	if cgErr != nil {
+		if !spec.Limits.Zero() {
+			// A limit that cannot be had is an error, never a run
+			// without it.
+			return fail(fmt.Errorf("run: limits (%s) cannot be enforced: %w", spec.Limits, cgErr))
+		}
 		p.noCgroup = cgErr.Error()
 	}
 	if err := p.startHelper(dir, binds); err != nil {
@@ -446,7 +461,7 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 	cmd.ExtraFiles = extra
 	cmd.SysProcAttr = attr
 	err = cmd.Start()
-	if err != nil && p.cg != nil {
+	if err != nil && p.cg != nil && p.spec.Limits.Zero() {
 		// The kernel or the hierarchy may refuse CLONE_INTO_CGROUP
 		// (another user's cgroup, say): fall back to the namespace alone.
 		p.dropCgroup()
@@ -607,6 +622,7 @@ func (p *Proc) wait(ctx context.Context) {
 		DataPath: mounted.DataPath, Fallback: mounted.Fallback}
 	if p.cg != nil {
 		res.Containment = ContainCgroup
+		res.LimitsHit, res.CPUSeconds = limitsHit(p.cg.dir, p.spec.Limits)
 		p.cg.fd.Close()
 		if err := killCgroup(p.cg.dir); err != nil && res.Error == "" {
 			res.Error = err.Error()

@@ -346,6 +346,7 @@ func TestUnprivilegedRun(t *testing.T) {
 ` + binary + ` run --json mnt -- sh -c '` + strings.ReplaceAll(daemon(tok, dir+"/ready"), "'", `'"'"'`) + `; echo x > ` + dir + `/base/f' > out || true
 cat base/f
 ` + binary + ` speculate -c true mnt > spec.out 2>&1 || true
+` + binary + ` run --memory 64M mnt -- true > limit.out 2>&1 || true
 ` + binary + ` unmount mnt`
 	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script)
 	cmd.Dir = dir
@@ -358,6 +359,9 @@ cat base/f
 	must(t, json.Unmarshal([]byte(readFile(t, dir+"/out")), &res))
 	if !res.Committed || res.Containment != ContainPIDNS || !strings.Contains(string(out), "processes held by a pid namespace only") || !strings.HasSuffix(string(out), "x\n") {
 		t.Errorf("record %+v; output %s", res, out)
+	}
+	if got := readFile(t, dir+"/limit.out"); !strings.Contains(got, "branchfs: run: limits (memory 64M) cannot be enforced: ") {
+		t.Errorf("run --memory as nobody: %s", got)
 	}
 	if got := readFile(t, dir+"/spec.out"); !strings.Contains(got, "branchfs: speculate: processes held by a pid namespace only") || !strings.Contains(got, "winner: 0") {
 		t.Errorf("speculate as nobody: %s", got)
