@@ -424,6 +424,11 @@ func planDir(srcDirs, targetDirs *dirCache, rel string, targetIsDelta bool, j *l
 			opaque := src.isOpaque(p)
 			targetDir := targetHas && tst.Mode&unix.S_IFMT == unix.S_IFDIR && !(targetIsDelta && isWhiteout(&tst))
 			if targetDir && !opaque {
+				if !targetIsDelta {
+					if err := checkOrigin(sfd, tfd, n, p); err != nil {
+						return err
+					}
+				}
 				if err := planDir(srcDirs, targetDirs, p, targetIsDelta, j); err != nil {
 					return err
 				}
@@ -447,6 +452,43 @@ func planDir(srcDirs, targetDirs *dirCache, rel string, targetIsDelta bool, j *l
 	}
 	j.Ops = append(j.Ops, later...)
 	return nil
+}
+
+// checkOrigin checks that directory name in the base's directory tfd,
+// path rel, is the one the branch's directory name in sfd was copied from,
+// if it says which (originXattr).
+func checkOrigin(sfd, tfd int, name, rel string) error {
+	fd, err := unix.Openat(sfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	want, err := getXattr(procPath(fd), originXattr)
+	if err != nil {
+		return nil // copied before origins were kept, or made by overlayfs
+	}
+	dev, ino, path, ok := parseOrigin(string(want))
+	if !ok || path != rel {
+		return nil // moved in the branch: its name says nothing of its origin
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(tfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	if st.Dev != dev || st.Ino != ino {
+		return fmt.Errorf("%s: the base's directory there was replaced by another since the branch copied it: %w", rel, unix.ESTALE)
+	}
+	return nil
+}
+
+func parseOrigin(v string) (dev, ino uint64, path string, ok bool) {
+	f := strings.SplitN(v, ":", 3)
+	if len(f) != 3 {
+		return 0, 0, "", false
+	}
+	dev, err1 := strconv.ParseUint(f[0], 10, 64)
+	ino, err2 := strconv.ParseUint(f[1], 10, 64)
+	return dev, ino, f[2], err1 == nil && err2 == nil
 }
 
 func readDirMeta(l *layer, rel string, st *unix.Stat_t) (*dirMeta, error) {

@@ -104,6 +104,12 @@ func (v *View) ensureDir(rel string) error {
 	sfd, err := src.open(rel, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
 	if err == nil {
 		copyXattrs(sfd, unix.AT_FDCWD, staged)
+		if e.Layer == len(v.layers)-1 {
+			// A store without xattrs goes without the check.
+			if origin, err := originOf(sfd, rel); err == nil {
+				unix.Setxattr(staged, originXattr, []byte(origin), 0)
+			}
+		}
 		unix.Close(sfd)
 	}
 	err = setOwnerTimes(unix.AT_FDCWD, staged, &e.Stat)

@@ -2,6 +2,7 @@ package branch
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path"
 	"strconv"
@@ -436,6 +437,24 @@ func (l *layer) scrub(rel string, root bool) error {
 // impureXattr marks a directory of overlayfs's upper layer that holds
 // entries with copy-up bookkeeping (see scrub).
 const impureXattr = overlayPrefix + "impure"
+
+// originXattr, on a directory a view copied up from the base, says which
+// directory that was: "DEV:INO:PATH". Where others may rename in the base,
+// one of them can put another directory at that name before the commit,
+// a private one of root's say, which the commit's setting of the
+// branch's owner and mode would then give away (planDir refuses). Under
+// overlayPrefix, so that a commit into the base drops it and no view
+// shows it.
+const originXattr = overlayPrefix + "branchfs.origin"
+
+// originOf is the value of originXattr for directory rel, open at fd.
+func originOf(fd int, rel string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d:%d:%s", st.Dev, st.Ino, rel), nil
+}
 
 // dropOverlayXattrs removes overlayfs's xattrs from the file at path p (a
 // /proc path of a descriptor), but the opaque marker when keepOpaque, and

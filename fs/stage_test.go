@@ -301,3 +301,34 @@ func TestStageAttackExchange(t *testing.T) {
 		})
 	}
 }
+
+// TestCommitAttackReplacedDir: where others may rename in the base (its
+// root has no sticky bit), the attacker puts a private directory of
+// root's at the name of its own directory, in which root's branch wrote;
+// the commit must not give root's directory the owner and mode the
+// branch's copy of the attacker's directory has.
+func TestCommitAttackReplacedDir(t *testing.T) {
+	for _, layout := range []string{"same", "apart"} {
+		t.Run(layout, func(t *testing.T) {
+			t.Parallel()
+			m := sharedBase(t, layout, 0o777)
+			private := filepath.Join(m.base, "private")
+			must(t, os.Mkdir(private, 0o700))
+			writeFile(t, filepath.Join(private, "keep"), "root's\n")
+			theirs := filepath.Join(m.base, "theirs")
+			attack(t, `mkdir -m 777 "$1"`, theirs)
+			b := m.create("b")
+			writeFile(t, filepath.Join(b, "theirs", "new"), "root's too\n")
+			attack(t, `mv "$1" "$1.old" && mv "$2" "$1"`, theirs, private)
+			if _, _, code := m.cli("commit", b); code == 0 {
+				t.Errorf("the commit succeeded")
+			}
+			var st unix.Stat_t
+			must(t, unix.Lstat(theirs, &st))
+			if st.Uid != 0 || st.Mode&0o777 != 0o700 {
+				t.Errorf("root's directory, moved to %s: uid %d, mode %04o", theirs, st.Uid, st.Mode&0o7777)
+			}
+			wantContent(t, filepath.Join(theirs, "keep"), "root's\n")
+		})
+	}
+}
