@@ -40,6 +40,12 @@ const (
 	// CmdLimit sets the storage limit of the view's branch's own delta,
 	// limit:BYTES (0: none; branch.Store.SetLimit).
 	CmdLimit = "limit"
+	// CmdWatch makes the daemon watch the caller, a run's runner: should
+	// it die with the run unfinished, the daemon ends the run
+	// (watch:WatchArg as JSON; watch.go). CmdUnwatch ends the caller's
+	// watch of the view's branch.
+	CmdWatch   = "watch"
+	CmdUnwatch = "unwatch"
 )
 
 // Args of the verbs that take a fixed one.
@@ -207,6 +213,10 @@ func (f *FS) command(ctx context.Context, v *branch.View, cmd string) ([]byte, e
 		return f.hold(ctx, v)
 	case verb == CmdRelease && arg == "":
 		return nil, f.releaseCmd(v)
+	case verb == CmdWatch:
+		return nil, f.watch(ctx, v, arg)
+	case verb == CmdUnwatch && arg == "":
+		return nil, f.unwatch(ctx, v)
 	case verb == CmdLimit:
 		return nil, f.limit(v, arg)
 	case verb == CmdDiff && arg == "":

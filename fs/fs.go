@@ -13,6 +13,7 @@
 //	    FS.passMu          handles that write through passthrough
 //	  FS.mu                nodes and open handles by view
 //	  FS.holdMu            the holds of kernel-path runs
+//	  FS.runMu             the runners that watch their runs (watch.go)
 //
 // A request takes Store.mu once, in Node.begin or View.Lock: under it, call
 // view methods and the store's ...Locked methods, never a Store method that
@@ -123,6 +124,9 @@ type FS struct {
 
 	holdMu lockcheck.Mutex[lockcheck.Holds]
 	holds  map[string]*holder // by branch name: kernel-path runs (hold.go)
+
+	runMu   lockcheck.Mutex[lockcheck.Runners]
+	runners map[int]*runner // by process ID: runs whose runner is watched (watch.go)
 }
 
 // Mount serves store at mnt until it is unmounted.

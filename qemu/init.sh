@@ -22,9 +22,12 @@ cd /
 echo "== go binding"
 BRANCHFS_GUEST_MNT=/work /tests/kernel.test -test.v -test.count=1
 # The limits of runs (memory, pids, cpu), with every controller of a
-# cgroup2 mounted for them alone.
+# cgroup2 mounted for them alone. The OOM killer's reports of the memory
+# test (a stack dump each) are what it asks for: they leave the log.
 mkdir -p /data/tmp && mount -t cgroup2 cgroup2 /sys/fs/cgroup
+dmesg -c > /data/klog
 TMPDIR=/data/tmp BRANCHFS_TEST_BINARY=/bin/branchfs /tests/explore.test -test.v -test.count=1 -test.run '^TestLimits$|^TestLimitsBadInput$'
+dmesg -c | awk '/invoked oom-killer/ { oom = 1 } !oom { print } /Killed process/ { oom = 0 }' >> /data/klog
 umount /sys/fs/cgroup
 if [ -x /tests/criu-test.sh ]; then
 	echo "== checkpoint and restore"
@@ -38,6 +41,7 @@ fi
 # The host fails the run on any BUG, WARNING, Oops, lockdep or KASAN
 # report; quiet keeps most of them off the console, so print the log.
 echo "== kernel log"
+cat /data/klog
 dmesg
 echo "== kernel log end"
 echo "== guest done"

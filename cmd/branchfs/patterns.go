@@ -144,7 +144,7 @@ func (f *patternFlags) candidates(name string, cmd *cobra.Command, args []string
 func (f *patternFlags) options() explore.Options {
 	o := explore.Options{Parent: f.parent, Timeout: f.timeout, CandidateTimeout: f.candTimeout, MaxParallel: f.maxParallel, Limits: f.lim,
 		MaxStorage: int64(f.maxStorage),
-		Binds:      f.binds, Stderr: os.Stderr, KeepOutput: f.asJSON}
+		Binds:      f.binds, Stderr: os.Stderr, KeepOutput: f.asJSON, Warn: warn(f.pattern)}
 	o.Dir, _ = os.Getwd()
 	stdout := io.Writer(os.Stdout)
 	if f.asJSON {

@@ -48,6 +48,11 @@ func limitsHit(r *explore.Result) string {
 	return "hit its " + strings.Join(r.LimitsHit, " and ") + " limit"
 }
 
+// warn prints a run's warnings, for Spec.Warn and Options.Warn.
+func warn(what string) func(string) {
+	return func(msg string) { fmt.Fprintf(os.Stderr, "branchfs: %s: warning: %s\n", what, msg) }
+}
+
 // warnContainment says, once, when a PID namespace alone held the
 // processes of a run or a pattern's candidates.
 func warnContainment(what string, rs []*explore.Result) {
@@ -118,7 +123,7 @@ the view; auto (the default) takes the kernel path where it can and says once on
 			spec := explore.Spec{Args: args[1:], Branch: branchName, Parent: parent, Binds: binds, Timeout: timeout,
 				MaxStorage: int64(maxStorage),
 				OnSuccess:  explore.Action(onSuccess), OnFailure: explore.Action(onFailure),
-				Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+				Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Warn: warn("run")}
 			if err := explore.ValidAction(spec.OnSuccess, true); err != nil {
 				return fmt.Errorf("run: --on-success: %w", err)
 			}

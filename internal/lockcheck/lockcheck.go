@@ -44,6 +44,8 @@ type (
 	Nodes struct{}
 	// Holds is fs's FS.holdMu.
 	Holds struct{}
+	// Runners is fs's FS.runMu.
+	Runners struct{}
 	// ViewCache is branch's View.cacheMu.
 	ViewCache struct{}
 	// LayerMake is branch's layer.mu.
@@ -75,6 +77,7 @@ func (NodeOpen) rank() (int, string)    { return nodeOpen, "fs Node.openMu" }
 func (PassWriters) rank() (int, string) { return leaf, "fs FS.passMu" }
 func (Nodes) rank() (int, string)       { return leaf, "fs FS.mu" }
 func (Holds) rank() (int, string)       { return leaf, "fs FS.holdMu" }
+func (Runners) rank() (int, string)     { return leaf, "fs FS.runMu" }
 func (ViewCache) rank() (int, string)   { return leaf, "branch View.cacheMu" }
 func (LayerMake) rank() (int, string)   { return leaf, "branch layer.mu" }
 func (LayerDirs) rank() (int, string)   { return leaf, "branch dirFds.mu" }

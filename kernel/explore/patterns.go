@@ -52,6 +52,9 @@ type Options struct {
 	// discards), written only by that candidate's run.
 	Stdout, Stderr io.Writer
 	Output         func(index int) (stdout, stderr io.Writer)
+	// Warn, when set, is told of the candidates' warnings (Spec.Warn),
+	// each once.
+	Warn func(msg string)
 	// KeepOutput keeps the last 64 KiB of each candidate's stdout and
 	// stderr in its Result, as well.
 	KeepOutput bool
@@ -115,7 +118,7 @@ func (o *Options) spec(pattern string, args []string, parent string, index int, 
 		parent = o.Parent
 	}
 	s := Spec{Args: args, Env: env, Dir: o.Dir, Binds: o.Binds, Stdout: o.Stdout, Stderr: o.Stderr,
-		Parent: parent, Name: genName(pattern), Index: index, Score: true, Timeout: o.CandidateTimeout, MaxStorage: o.MaxStorage, warn: o.warn,
+		Parent: parent, Name: genName(pattern), Index: index, Score: true, Timeout: o.CandidateTimeout, MaxStorage: o.MaxStorage, Warn: o.Warn, warn: o.warn,
 		Limits: o.Limits}
 	if o.Output != nil {
 		s.Stdout, s.Stderr = o.Output(index)

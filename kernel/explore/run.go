@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/fs"
 	"golang.org/x/sys/unix"
 )
 
@@ -56,8 +57,11 @@ type Spec struct {
 	// A directory inside the mount point, a branch's view, the base
 	// directory or a Binds path is the same place in the branch; one
 	// outside all of them is allowed, with a warning (Result.Warnings,
-	// and on Stderr): relative writes there escape the branch.
+	// and Warn): relative writes there escape the branch.
 	Dir string
+	// Warn, when set, is told of what the run warns of, before the
+	// command starts.
+	Warn func(msg string)
 
 	// The command's standard streams; nil: /dev/null. Writers other than
 	// an *os.File are written from a goroutine of the run's own: give
@@ -179,6 +183,7 @@ type Proc struct {
 	status   *os.File
 	score    chan scoreResult
 	warnings []string
+	watched  bool          // the daemon watches this process for the run
 	ready    chan struct{} // closed when the helper is set up
 	released chan struct{} // closed when the command may start (at once without a gate)
 
@@ -303,12 +308,12 @@ func (m *Mount) start(ctx context.Context, spec Spec) (*Proc, error) {
 	if !p.sees(dir, binds) {
 		w := fmt.Sprintf("working directory %s is outside %s: what the command writes there escapes the branch", dir, m.dir)
 		p.warnings = append(p.warnings, w)
-		once := spec.warn
-		if once == nil {
-			once = new(sync.Once)
-		}
-		if spec.Stderr != nil {
-			once.Do(func() { fmt.Fprintf(spec.Stderr, "branchfs: warning: %s\n", w) })
+		if spec.Warn != nil {
+			once := spec.warn
+			if once == nil {
+				once = new(sync.Once)
+			}
+			once.Do(func() { spec.Warn(w) })
 		}
 	}
 	rec := newRecord(m.dir, p.name, p.created)
@@ -346,6 +351,7 @@ func (m *Mount) start(ctx context.Context, spec Spec) (*Proc, error) {
 		}
 		p.noCgroup = cgErr.Error()
 	}
+	p.register()
 	if err := p.startHelper(dir, binds); err != nil {
 		return fail(fmt.Errorf("run: %w", err))
 	}
@@ -743,8 +749,26 @@ func (p *Proc) end() {
 			p.m.Abort(p.name, true)
 		}
 	}
+	if p.watched {
+		p.m.command(p.name, fs.CmdUnwatch) // gone with its branch, if that is gone
+	}
 	if p.rec != "" {
 		os.Remove(p.rec)
+	}
+}
+
+// register asks the daemon to end the run should this process die first:
+// kill its cgroup and abort the branch it made (fs/watch.go), at once,
+// where the janitor and Reap would come later or not at all. A daemon
+// that cannot leaves it to them.
+func (p *Proc) register() {
+	w := fs.WatchArg{Abort: p.created}
+	if p.cg != nil {
+		w.Cgroup = p.cg.dir
+	}
+	arg, _ := json.Marshal(w)
+	if _, err := p.m.command(p.name, fs.CmdWatch+":"+string(arg)); err == nil {
+		p.watched = true
 	}
 }
 
