@@ -414,11 +414,19 @@ func planDir(srcDirs, targetDirs *dirCache, rel string, targetIsDelta bool, j *l
 		switch {
 		case isWhiteout(&st) && !targetIsDelta:
 			if targetHas {
+				if err := checkHidden(sfd, n, p, &tst); err != nil {
+					return err
+				}
 				j.Ops = append(j.Ops, op{Kind: opRemove, Dst: p})
 			}
 		case isWhiteout(&st):
 			j.Ops = append(j.Ops, op{Kind: opReplace, Src: p, Dst: p})
 		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+			if targetHas && !targetIsDelta {
+				if err := checkHidden(sfd, n, p, &tst); err != nil {
+					return err
+				}
+			}
 			later = append(later, op{Kind: opReplace, Src: p, Dst: p})
 		default:
 			opaque := src.isOpaque(p)
@@ -442,6 +450,11 @@ func planDir(srcDirs, targetDirs *dirCache, rel string, targetIsDelta bool, j *l
 				}
 				later = append(later, op{Kind: opMeta, Dst: p, Meta: m, Old: was})
 				continue
+			}
+			if targetHas && !targetIsDelta {
+				if err := checkHidden(sfd, n, p, &tst); err != nil {
+					return err
+				}
 			}
 			later = append(later, op{
 				Kind: opReplace, Src: p, Dst: p,
@@ -477,6 +490,25 @@ func checkOrigin(sfd, tfd int, name, rel string) error {
 	}
 	if st.Dev != dev || st.Ino != ino {
 		return fmt.Errorf("%s: the base's directory there was replaced by another since the branch copied it: %w", rel, unix.ESTALE)
+	}
+	return nil
+}
+
+// checkHidden checks that what the base has at name (tst, path rel), if
+// a directory, is the one the branch removed there, if its directory sfd
+// says which (hiddenXattr): a step that removes or replaces it moves the
+// whole tree away.
+func checkHidden(sfd int, name, rel string, tst *unix.Stat_t) error {
+	if tst.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil
+	}
+	want, err := getXattr(procPath(sfd), hiddenXattr(name))
+	if err != nil {
+		return nil
+	}
+	dev, ino, path, ok := parseOrigin(string(want))
+	if ok && path == rel && (tst.Dev != dev || tst.Ino != ino) {
+		return fmt.Errorf("%s: the base's directory there was replaced by another since the branch removed it: %w", rel, unix.ESTALE)
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package branch
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -446,6 +448,15 @@ const impureXattr = overlayPrefix + "impure"
 // overlayPrefix, so that a commit into the base drops it and no view
 // shows it.
 const originXattr = overlayPrefix + "branchfs.origin"
+
+// hiddenXattr names the record, on the top layer's copy of a directory,
+// of the base's directory name in it that the view removed (Rmdir): its
+// originXattr value, which a commit checks before it removes or replaces
+// the directory at that name in the base, as for originXattr.
+func hiddenXattr(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return originXattr + "." + hex.EncodeToString(sum[:8])
+}
 
 // originOf is the value of originXattr for directory rel, open at fd.
 func originOf(fd int, rel string) (string, error) {

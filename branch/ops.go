@@ -410,6 +410,33 @@ func (v *View) whiteout(rel, op string) error {
 	return v.store.install(op, t, pfd, name)
 }
 
+// recordHidden records which directory of the base a removal of rel hides
+// (hiddenXattr), if the base has one there and the store keeps xattrs.
+func (v *View) recordHidden(rel string) error {
+	base := v.layers[len(v.layers)-1]
+	fd, err := base.open(rel, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(fd)
+	origin, err := originOf(fd, rel)
+	if err != nil {
+		return nil
+	}
+	dir, name := path.Split(rel)
+	dir = trimSlash(dir)
+	if err := v.ensureDir(dir); err != nil {
+		return err
+	}
+	pfd, err := v.layers[0].open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	unix.Setxattr(procPath(pfd), hiddenXattr(name), []byte(origin), 0)
+	return nil
+}
+
 // Unlink removes a non-directory.
 func (v *View) Unlink(rel string) error {
 	if err := v.beginWrite(); err != nil {
@@ -471,6 +498,9 @@ func (v *View) Rmdir(rel string) error {
 	}
 	defer v.invalidate()
 	if v.lowerHas(rel) {
+		if err := v.recordHidden(rel); err != nil {
+			return err
+		}
 		// The top layer's copy, which holds only tombstones, goes with
 		// the same rename that puts the tombstone in its place.
 		return v.whiteout(rel, "rmdir")

@@ -28,7 +28,7 @@ func deltaContents(t *testing.T, root string) string {
 			rel += "*"
 		}
 		if names, _ := listXattrs(p); slices.ContainsFunc(names, func(n string) bool {
-			return strings.HasPrefix(n, overlayPrefix) && n != opaqueXattr && n != originXattr
+			return strings.HasPrefix(n, overlayPrefix) && n != opaqueXattr && !strings.HasPrefix(n, originXattr)
 		}) {
 			rel += "+" // overlayfs's bookkeeping
 		}

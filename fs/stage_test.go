@@ -332,3 +332,33 @@ func TestCommitAttackReplacedDir(t *testing.T) {
 		})
 	}
 }
+
+// TestCommitAttackRemovedDir: as TestCommitAttackReplacedDir, with the
+// attacker's directory removed in root's branch (and, the second time, a
+// file made at its name): the commit must not remove the private
+// directory of root's that the attacker put at that name meanwhile.
+func TestCommitAttackRemovedDir(t *testing.T) {
+	for _, layout := range []string{"same", "apart"} {
+		for _, then := range []string{"removed", "file"} {
+			t.Run(layout+"-"+then, func(t *testing.T) {
+				t.Parallel()
+				m := sharedBase(t, layout, 0o777)
+				private := filepath.Join(m.base, "private")
+				must(t, os.Mkdir(private, 0o700))
+				writeFile(t, filepath.Join(private, "keep"), "root's\n")
+				theirs := filepath.Join(m.base, "theirs")
+				attack(t, `mkdir -m 777 "$1" && echo junk > "$1/junk"`, theirs)
+				b := m.create("b")
+				must(t, os.RemoveAll(filepath.Join(b, "theirs")))
+				if then == "file" {
+					writeFile(t, filepath.Join(b, "theirs"), "a file now\n")
+				}
+				attack(t, `mv "$1" "$1.old" && mv "$2" "$1"`, theirs, private)
+				if _, _, code := m.cli("commit", b); code == 0 {
+					t.Errorf("the commit succeeded")
+				}
+				wantContent(t, filepath.Join(theirs, "keep"), "root's\n")
+			})
+		}
+	}
+}
