@@ -656,6 +656,12 @@ func (v *View) Rename(oldRel, newRel string, flags uint) error {
 	defer v.invalidate()
 	if !exchange {
 		defer v.unnamedRel(newRel)() // what the new name showed may have no name left
+		// Base directories the rename hides, at either name.
+		for _, rel := range []string{oldRel, newRel} {
+			if err := v.recordHidden(rel); err != nil {
+				return err
+			}
+		}
 	}
 	// A directory that lands where a lower layer has the name must hide
 	// it; in an exchange that holds for both sides. The mark goes on first,

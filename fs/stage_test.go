@@ -334,12 +334,12 @@ func TestCommitAttackReplacedDir(t *testing.T) {
 }
 
 // TestCommitAttackRemovedDir: as TestCommitAttackReplacedDir, with the
-// attacker's directory removed in root's branch (and, the second time, a
-// file made at its name): the commit must not remove the private
+// attacker's directory removed in root's branch (and then a file made at
+// its name, or renamed instead): the commit must not remove the private
 // directory of root's that the attacker put at that name meanwhile.
 func TestCommitAttackRemovedDir(t *testing.T) {
 	for _, layout := range []string{"same", "apart"} {
-		for _, then := range []string{"removed", "file"} {
+		for _, then := range []string{"removed", "file", "renamed"} {
 			t.Run(layout+"-"+then, func(t *testing.T) {
 				t.Parallel()
 				m := sharedBase(t, layout, 0o777)
@@ -349,7 +349,11 @@ func TestCommitAttackRemovedDir(t *testing.T) {
 				theirs := filepath.Join(m.base, "theirs")
 				attack(t, `mkdir -m 777 "$1" && echo junk > "$1/junk"`, theirs)
 				b := m.create("b")
-				must(t, os.RemoveAll(filepath.Join(b, "theirs")))
+				if then == "renamed" {
+					must(t, os.Rename(filepath.Join(b, "theirs"), filepath.Join(b, "moved")))
+				} else {
+					must(t, os.RemoveAll(filepath.Join(b, "theirs")))
+				}
 				if then == "file" {
 					writeFile(t, filepath.Join(b, "theirs"), "a file now\n")
 				}
