@@ -230,14 +230,25 @@ func checkDir(fd int, path string, last bool) error {
 	if st.Mode&0o022 == 0 || !last && st.Mode&unix.S_ISVTX != 0 {
 		return nil
 	}
-	if st.Mode&0o002 == 0 && privateGroup(st.Gid) {
+	if st.Mode&0o002 == 0 && privateGroup(st.Gid) && !hasACL(fd) {
 		return nil
 	}
 	who := "others"
 	if st.Mode&0o002 == 0 {
 		who = "its group"
+		if hasACL(fd) {
+			who = "the users and groups its ACL names"
+		}
 	}
 	return &Error{path, fmt.Sprintf("is writable by %s (mode %04o)", who, st.Mode&0o7777)}
+}
+
+// hasACL reports whether the directory open at fd has an access ACL:
+// its group bits are then the ACL's mask, which may let named users and
+// groups write, not only the owning group.
+func hasACL(fd int) bool {
+	_, err := unix.Getxattr("/proc/self/fd/"+strconv.Itoa(fd), "system.posix_acl_access", nil)
+	return err == nil
 }
 
 // privateGroup reports whether group gid is the effective user's alone:

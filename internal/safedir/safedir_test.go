@@ -35,6 +35,17 @@ func TestCheck(t *testing.T) {
 	must(t, os.Chown(filepath.Join(top, "group"), 0, other)) // nobody's group, not root's alone
 	mk("private", 0o775, 0)                                  // root's group: root's alone
 	mk("private/mine", 0o700, 0)
+	// Root's group is root's alone, but an ACL lets the other user write
+	// (user::rwx user:65534:rwx group::rwx mask::rwx other::r-x).
+	acl := mk("acl", 0o775, 0)
+	must(t, unix.Setxattr(acl, "system.posix_acl_access", []byte{
+		2, 0, 0, 0,
+		0x01, 0, 7, 0, 0xff, 0xff, 0xff, 0xff,
+		0x02, 0, 7, 0, byte(other & 0xff), byte(other >> 8), 0, 0,
+		0x04, 0, 7, 0, 0xff, 0xff, 0xff, 0xff,
+		0x10, 0, 7, 0, 0xff, 0xff, 0xff, 0xff,
+		0x20, 0, 5, 0, 0xff, 0xff, 0xff, 0xff,
+	}, 0))
 	mk("theirs", 0o755, other)
 	mk("theirs/mine", 0o700, 0)
 	must(t, os.Symlink(filepath.Join(top, "ok", "sub"), filepath.Join(top, "link")))
@@ -58,6 +69,7 @@ func TestCheck(t *testing.T) {
 		{"sticky/theirs", "sticky/theirs is owned by uid 65534, not by root or you"},
 		{"open/mine", "open is writable by others (mode 0777)"},
 		{"group", "group is writable by its group (mode 0775)"},
+		{"acl", "acl is writable by the users and groups its ACL names (mode 0775)"},
 		{"theirs/mine", "theirs is owned by uid 65534, not by root or you"},
 		{"badlink", "theirs is owned by uid 65534, not by root or you"},
 		{"ok/missing", "no such file or directory"},
