@@ -19,15 +19,37 @@ import (
 
 // Prepare checks where a mount is to go before its daemon starts: a mount
 // whose daemon died is cleared (mounting again over it is what a restart
-// means), and the base, store and mount point must lie outside one another.
+// means), the base and mount point must be directories, and the base, store
+// and mount point must lie outside one another. It makes nothing: a mount
+// refused here leaves no store behind.
 func Prepare(mnt, base, store string) error {
 	if DeadMount(mnt) {
 		if err := fs.Unmount(mnt, true); err != nil {
 			return fmt.Errorf("mount %s: clearing the dead mount: %w", mnt, err)
 		}
 	}
+	for _, d := range []struct{ what, path string }{{"base", base}, {"mount point", mnt}} {
+		if err := isDir(d.what, d.path); err != nil {
+			return fmt.Errorf("mount: %w", err)
+		}
+	}
 	if err := CheckNesting(base, store, mnt); err != nil {
 		return fmt.Errorf("mount: %w", err)
+	}
+	return nil
+}
+
+// isDir says in words why path, the mount's what, cannot serve as a
+// directory.
+func isDir(what, path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("the %s %s does not exist", what, path)
+	case err != nil:
+		return fmt.Errorf("the %s: %w", what, err)
+	case !fi.IsDir():
+		return fmt.Errorf("the %s %s is not a directory", what, path)
 	}
 	return nil
 }

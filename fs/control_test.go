@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -340,6 +341,37 @@ func TestNestingRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(base, ".st")); err == nil {
 		t.Errorf("a refused mount made its store in the base")
+	}
+}
+
+// TestMountBadPaths: a base or mount point that is missing or not a
+// directory is refused in one line that says so, before the store is made
+// (the branching library's tests match "does not exist").
+func TestMountBadPaths(t *testing.T) {
+	dir := t.TempDir()
+	base, mnt, file := filepath.Join(dir, "base"), filepath.Join(dir, "mnt"), filepath.Join(dir, "file")
+	sampleTree(t, base)
+	must(t, os.Mkdir(mnt, 0o755))
+	writeFile(t, file, "x")
+	missing := filepath.Join(dir, "nosuch")
+	m := &mount{t: t}
+	for i, c := range []struct{ base, mnt, want string }{
+		{missing, mnt, "the base " + missing + " does not exist"},
+		{file, mnt, "the base " + file + " is not a directory"},
+		{base, missing, "the mount point " + missing + " does not exist"},
+		{base, file, "the mount point " + file + " is not a directory"},
+	} {
+		store := filepath.Join(dir, "store"+strconv.Itoa(i))
+		_, errOut, code := m.cli("mount", "--base", c.base, "--storage", store, c.mnt)
+		if code != 1 || !strings.Contains(errOut, c.want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("base %s, mount point %s: exit %d: %q; want %q", c.base, c.mnt, code, errOut, c.want)
+		}
+		if code == 0 {
+			unix.Unmount(c.mnt, unix.MNT_DETACH)
+		}
+		if _, err := os.Stat(store); !os.IsNotExist(err) {
+			t.Errorf("base %s, mount point %s: the refused mount made its store (%v)", c.base, c.mnt, err)
+		}
 	}
 }
 

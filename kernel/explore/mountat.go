@@ -79,11 +79,6 @@ func MountAt(base, mnt string, o MountOptions) (*Mount, error) {
 			return nil, err
 		}
 	}
-	for _, d := range []string{cfg.Base, cfg.Mnt} {
-		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("mount: %s: not a directory", d)
-		}
-	}
 	if err := fsdaemon.Prepare(cfg.Mnt, cfg.Base, cfg.Store); err != nil {
 		return nil, err
 	}

@@ -32,6 +32,9 @@ func TestMountAt(t *testing.T) {
 			t.Errorf("%+v: mounted", bad)
 		}
 	}
+	if _, err := os.Stat(store); !os.IsNotExist(err) {
+		t.Errorf("a refused mount made its store: %v", err)
+	}
 	m, err := MountAt(base, mnt, MountOptions{Store: store, MaxBranches: 1})
 	must(t, err)
 	data, err := os.ReadFile(filepath.Join(store, "daemon.pid"))
