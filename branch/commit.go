@@ -489,7 +489,7 @@ func checkOrigin(sfd, tfd int, name, rel string) error {
 		return err
 	}
 	if st.Dev != dev || st.Ino != ino {
-		return fmt.Errorf("%s: the base's directory there was replaced by another since the branch copied it: %w", rel, unix.ESTALE)
+		return fmt.Errorf("%s: %w", rel, ErrReplaced)
 	}
 	return nil
 }
@@ -508,7 +508,7 @@ func checkHidden(sfd int, name, rel string, tst *unix.Stat_t) error {
 	}
 	dev, ino, path, ok := parseOrigin(string(want))
 	if ok && path == rel && (tst.Dev != dev || tst.Ino != ino) {
-		return fmt.Errorf("%s: the base's directory there was replaced by another since the branch removed it: %w", rel, unix.ESTALE)
+		return fmt.Errorf("%s: %w", rel, ErrReplaced)
 	}
 	return nil
 }

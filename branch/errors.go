@@ -35,6 +35,9 @@ var (
 	ErrQuotaHold = errors.New("a storage limit counts this branch's delta, which a kernel-path run would write unseen")
 	// ErrInvalidLimit: a storage limit below zero.
 	ErrInvalidLimit = errors.New("invalid storage limit")
+	// ErrReplaced: where others may rename in the base, a directory the
+	// branch changed or removed is no longer the one at its name there.
+	ErrReplaced = errors.New("a directory of the base that the branch changed or removed was replaced by another at its name since")
 )
 
 // errDeviceIsMarker: in a branch a 0/0 character device is a tombstone (an
@@ -62,6 +65,7 @@ var errnos = []struct {
 	{ErrQuotaHold, syscall.EDQUOT},
 	{ErrInvalidLimit, syscall.EINVAL},
 	{ErrMainView, syscall.EINVAL},
+	{ErrReplaced, syscall.EIDRM},
 }
 
 // Errno is the errno that stands for err on the wire: its sentinel's, or

@@ -320,8 +320,8 @@ func TestCommitAttackReplacedDir(t *testing.T) {
 			b := m.create("b")
 			writeFile(t, filepath.Join(b, "theirs", "new"), "root's too\n")
 			attack(t, `mv "$1" "$1.old" && mv "$2" "$1"`, theirs, private)
-			if _, _, code := m.cli("commit", b); code == 0 {
-				t.Errorf("the commit succeeded")
+			if _, errOut, code := m.cli("commit", b); code == 0 || !strings.Contains(errOut, "replaced") {
+				t.Errorf("the commit: exit %d, %q; want it refused as replaced", code, errOut)
 			}
 			var st unix.Stat_t
 			must(t, unix.Lstat(theirs, &st))
@@ -358,8 +358,8 @@ func TestCommitAttackRemovedDir(t *testing.T) {
 					writeFile(t, filepath.Join(b, "theirs"), "a file now\n")
 				}
 				attack(t, `mv "$1" "$1.old" && mv "$2" "$1"`, theirs, private)
-				if _, _, code := m.cli("commit", b); code == 0 {
-					t.Errorf("the commit succeeded")
+				if _, errOut, code := m.cli("commit", b); code == 0 || !strings.Contains(errOut, "replaced") {
+					t.Errorf("the commit: exit %d, %q; want it refused as replaced", code, errOut)
 				}
 				wantContent(t, filepath.Join(theirs, "keep"), "root's\n")
 			})

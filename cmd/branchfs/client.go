@@ -289,7 +289,7 @@ func explain(op, name string, err error) error {
 	// A commit's ENOSPC, EROFS, EEXIST or EPERM is its filesystem's (a
 	// full disk, an immutable file), not a branch error of that errno.
 	commitErr := errno == syscall.ESTALE || errno == syscall.EBUSY || errno == syscall.EINVAL ||
-		errno == syscall.EUCLEAN || errno == syscall.ENOENT
+		errno == syscall.EUCLEAN || errno == syscall.ENOENT || errno == syscall.EIDRM
 	if e := branch.ErrorOf(errno); e != nil && (op != "commit" || commitErr) {
 		msg = e.Error()
 	}
