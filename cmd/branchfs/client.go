@@ -32,6 +32,15 @@ func findView(p string) (root, name string, err error) {
 	if err != nil {
 		return "", "", err
 	}
+	// Inside a run, the main view and MNT/@NAME are under EnvRoot, which
+	// the mount table does not show.
+	if r, _ := runRoot(); r != "" && (abs == r || strings.HasPrefix(abs, r+"/")) {
+		first, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(abs, r), "/"), "/")
+		if name, ok := strings.CutPrefix(first, fs.BranchPrefix); ok {
+			return filepath.Join(r, first), name, nil
+		}
+		return r, branch.MainName, nil
+	}
 	abs = resolvePrefix(abs)
 	mnt, fstype, err := enclosingMount(abs)
 	if err != nil {
@@ -49,6 +58,28 @@ func findView(p string) (root, name string, err error) {
 		return filepath.Join(mnt, first), first[len(fs.BranchPrefix):], nil
 	}
 	return mnt, branch.MainName, nil
+}
+
+// runRoot is, inside a run, where its commands reach the main view
+// (explore.EnvRoot) and the mount point, which shows the run's branch
+// (explore.EnvView); "" elsewhere.
+func runRoot() (root, view string) {
+	root, view = os.Getenv(explore.EnvRoot), os.Getenv(explore.EnvView)
+	if root == "" || view == "" {
+		return "", ""
+	}
+	return filepath.Clean(root), filepath.Clean(view)
+}
+
+// viewPath is where branch name's view is, for the mount at mnt: MNT/@NAME,
+// or inside a run whose mount point mnt is, under explore.EnvRoot.
+func viewPath(mnt, name string) string {
+	if r, v := runRoot(); r != "" {
+		if abs, err := filepath.Abs(mnt); err == nil && resolvePrefix(abs) == resolvePrefix(v) {
+			return filepath.Join(r, fs.BranchPrefix+name)
+		}
+	}
+	return filepath.Join(mnt, fs.BranchPrefix+name)
 }
 
 // storeArg is --store (--storage) of the commands that act on a mount
@@ -294,8 +325,9 @@ func explain(op, name string, err error) error {
 		msg = e.Error()
 	}
 	if op == "create" && errno == syscall.EBUSY {
-		// The new branch would see writes that still reach the base.
-		msg = "files are open for writing with passthrough in main; close them first"
+		// The new branch would see writes that still reach its parent,
+		// through passthrough or a kernel-path run's overlayfs.
+		msg = "the parent is busy: files are open for writing with passthrough in it, or a kernel-path run holds it (a run inside a run needs the outer one on --data-path fuse)"
 	}
 	switch {
 	case op == "commit" && (errno == syscall.ENOTCONN || errno == syscall.ECONNABORTED):
@@ -340,12 +372,17 @@ without "/" or NUL.`,
 			if err != nil {
 				return fmt.Errorf("create %s: %w", branch.Quote(name), err)
 			}
-			view := filepath.Join(root, fs.BranchPrefix+name)
+			view := viewPath(root, name)
+			// Inside a run, the mount point shows the run's branch: the
+			// new branch is its child unless --parent says otherwise.
+			if r, v := runRoot(); r != "" && root == resolvePrefix(v) && parent == branch.MainName && cmd.Flags().Changed("parent") {
+				root = r
+			}
 			if parent != branch.MainName {
 				if err := branch.ValidateName(parent); err != nil {
 					return fmt.Errorf("create %s: parent: %w", branch.Quote(name), err)
 				}
-				root = filepath.Join(root, fs.BranchPrefix+parent)
+				root = viewPath(root, parent)
 			}
 			if _, err := control(root, fs.CmdCreate+":"+fs.QuoteArg(name)); err != nil {
 				if errors.Is(err, os.ErrNotExist) {
@@ -358,7 +395,7 @@ without "/" or NUL.`,
 					return explain("create", name, err)
 				}
 			}
-			fmt.Println(filepath.Join(mnt, fs.BranchPrefix+name))
+			fmt.Println(viewPath(mnt, name))
 			return nil
 		},
 	}

@@ -43,6 +43,8 @@ type initConfig struct {
 	UserNS   bool     `json:"userns"`
 	LastPID  int      `json:"last_pid,omitempty"` // Spec.LastPID
 	Gate     bool     `json:"gate,omitempty"`     // wait for EOF on gateFd before starting the command
+	Root     string   `json:"root,omitempty"`     // the mount's main view, shown at RootAt for runs inside the run
+	RootAt   string   `json:"root_at,omitempty"`  // EnvRoot: an empty directory to bind it over
 }
 
 // initStatus is the helper's report on statusFd: one JSON object with the
@@ -86,9 +88,23 @@ func runInit() {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		fail("making the mount namespace private: %v", err)
 	}
+	// Once the view covers the mount point, the main view (and every
+	// @NAME) is reachable only through a descriptor held from before:
+	// it is bound at RootAt, where the command, and a run inside the
+	// run (whose mount namespace copies this one), finds it.
+	rootFd := -1
+	if cfg.Root != "" && cfg.RootAt != "" {
+		rootFd, _ = unix.Open(cfg.Root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	}
 	taken, fallback, err := mountView(&cfg)
 	if err != nil {
 		fail("%v", err)
+	}
+	if rootFd >= 0 {
+		if unix.Mount(fmt.Sprintf("/proc/self/fd/%d", rootFd), cfg.RootAt, "", unix.MS_BIND, "") == nil {
+			cfg.Env = append(cfg.Env, EnvRoot+"="+cfg.RootAt)
+		}
+		unix.Close(rootFd)
 	}
 	json.NewEncoder(status).Encode(initStatus{DataPath: taken, Fallback: fallback})
 	// A /proc of the new PID namespace, so that ps and /proc/PID show the

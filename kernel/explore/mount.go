@@ -33,6 +33,10 @@ type Mount struct {
 	// dataPath is the runs' default (SetDataPath); "": auto.
 	dataPath DataPath
 	warnings []string // the daemon's, when MountAt started it
+	// Inside a run, the mount point shows the run's branch (shows), and
+	// the main view and MNT/@NAME are reached at root (EnvRoot); else
+	// both are "".
+	root, shows string
 }
 
 // Open checks that dir is the mount point of a branchfs mount (its main
@@ -62,11 +66,52 @@ func Open(dir string) (*Mount, error) {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	if st.View != branch.MainName {
-		return nil, fmt.Errorf("%s is the view of branch %s; give the mount point", dir, st.View)
+		if err := m.inRun(st.View, st.Store); err != nil {
+			return nil, err
+		}
 	}
 	m.base, m.store = st.Base, st.Store
 	m.owner = fuseOwner(m.dir)
 	return m, nil
+}
+
+// inRun takes m, whose mount point shows branch view of the mount whose
+// store is store, as the mount point of a run in that branch, as a
+// command of the run sees it (EnvView, EnvBranch), with the main view at
+// EnvRoot: branches made through m are the run's branch's children by
+// default, and runs through m run inside the run.
+func (m *Mount) inRun(view, store string) error {
+	root := os.Getenv(EnvRoot)
+	if root == "" || os.Getenv(EnvBranch) != view || filepath.Clean(os.Getenv(EnvView)) != m.dir {
+		return fmt.Errorf("%s is the view of branch %s; give the mount point", m.dir, branch.Quote(view))
+	}
+	main := &Mount{dir: root}
+	data, err := main.command(branch.MainName, fs.CmdList)
+	var st struct {
+		View  string `json:"view"`
+		Store string `json:"store"`
+	}
+	if err != nil || json.Unmarshal(data, &st) != nil || st.View != branch.MainName || st.Store != store {
+		return fmt.Errorf("%s is the view of branch %s, and %s=%s no main view of its mount", m.dir, branch.Quote(view), EnvRoot, root)
+	}
+	m.root, m.shows = root, view
+	return nil
+}
+
+// home is the branch the mount point shows: main, or a run's.
+func (m *Mount) home() string {
+	if m.shows != "" {
+		return m.shows
+	}
+	return branch.MainName
+}
+
+// rootDir is where the main view is, with MNT/@NAME under it.
+func (m *Mount) rootDir() string {
+	if m.root != "" {
+		return m.root
+	}
+	return m.dir
 }
 
 // trusted reports whether the mount's daemon is root's or this user's.
@@ -137,11 +182,20 @@ func (m *Mount) Store() (string, error) {
 
 // View is the path of a branch's view: the mount point for main, else
 // MNT/@NAME.
+//
+// Inside a run (EnvRoot), the mount point is the run's branch's view, and
+// the others are under EnvRoot.
 func (m *Mount) View(name string) string {
-	if name == branch.MainName || name == "" {
-		return m.dir
+	if name == "" {
+		name = branch.MainName
 	}
-	return filepath.Join(m.dir, fs.BranchPrefix+name)
+	switch {
+	case name == m.home():
+		return m.dir
+	case name == branch.MainName:
+		return m.rootDir()
+	}
+	return filepath.Join(m.rootDir(), fs.BranchPrefix+name)
 }
 
 // control opens the control file of a branch's view, making sure it is one.
@@ -178,13 +232,14 @@ func (m *Mount) command(name, cmd string) ([]byte, error) {
 	return io.ReadAll(io.NewSectionReader(f, 0, 1<<30))
 }
 
-// Create makes a child of parent ("" or "main": the base) and returns its
+// Create makes a child of parent ("": the branch the mount point shows,
+// main but inside a run; "main": the base) and returns its
 // name. An empty name lets the daemon pick one (FS_IOC_BRANCH_CREATE);
 // a given name goes through the control file, which the ioctl cannot
 // carry.
 func (m *Mount) Create(parent, name string) (string, error) {
 	if parent == "" {
-		parent = branch.MainName
+		parent = m.home()
 	}
 	if parent != branch.MainName {
 		if err := branch.ValidateName(parent); err != nil {

@@ -185,6 +185,21 @@ func newRecord(mount, branch string, created bool) *record {
 // goes on past it. Every branchfs command calls it; when there is nothing
 // to do it costs a check of the records' directory and one read of it.
 func Reap() error {
+	return reap(func(r *record) bool {
+		// Its owner is gone, and is ours to judge.
+		return r.OwnerPIDNS == selfPIDNS() && procStart(r.Owner) != r.OwnerStart
+	})
+}
+
+// reapNamespace ends what runs whose owners were in PID namespace ns left:
+// runs inside a run, which has ended, and with it every process of its
+// namespace.
+func reapNamespace(ns string) error {
+	return reap(func(r *record) bool { return r.OwnerPIDNS == ns })
+}
+
+// reap undoes the records that match and removes them.
+func reap(match func(*record) bool) error {
 	if _, err := os.Lstat(recordsPath()); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -210,8 +225,8 @@ func Reap() error {
 		if r == nil {
 			continue // reaped meanwhile, or not the user's
 		}
-		if r.OwnerPIDNS != selfPIDNS() || procStart(r.Owner) == r.OwnerStart {
-			continue // its owner runs, or is not ours to judge
+		if !match(r) {
+			continue
 		}
 		if err := r.undo(); err != nil && first == nil {
 			first = err
@@ -273,6 +288,13 @@ func startJanitor() {
 	}
 	if d := os.Getenv("TMPDIR"); d != "" {
 		cmd.Env = append(cmd.Env, "TMPDIR="+d)
+	}
+	// Inside a run, the records name the run's mount point, which the
+	// janitor opens as its runner does (Mount.inRun).
+	for _, v := range []string{EnvRoot, EnvView, EnvBranch} {
+		if d, ok := os.LookupEnv(v); ok {
+			cmd.Env = append(cmd.Env, v+"="+d)
+		}
 	}
 	cmd.Dir = "/" // hold no mount busy
 	cmd.ExtraFiles = []*os.File{r}

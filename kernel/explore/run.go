@@ -47,6 +47,12 @@ const (
 	EnvView     = "BRANCHFS_VIEW"     // where the command sees its branch: the mount point
 	EnvFeedback = "BRANCHFS_FEEDBACK" // reflexion and cascaded: earlier attempts' output
 	EnvDepth    = "BRANCHFS_DEPTH"    // tree and beam: the level, from 0
+	// EnvRoot is where a run's commands reach the mount's main view, and
+	// through it MNT/@NAME of any branch (the mount point shows the
+	// run's branch): an empty directory beside the run records, over
+	// which the run binds the main view. Open and the CLI take it there,
+	// to make and run branches inside the run.
+	EnvRoot = "BRANCHFS_ROOT"
 )
 
 // Spec describes one run.
@@ -70,7 +76,7 @@ type Spec struct {
 	Stdout, Stderr io.Writer
 
 	Branch string // run in this existing branch; "": create one
-	Parent string // parent of the created branch; "": main
+	Parent string // parent of the created branch; "": the branch the mount point shows (main, but inside a run)
 	Name   string // name of the created branch; "": generated
 
 	Binds   []string      // more paths to show the branch at, besides the mount point and the base directory
@@ -184,6 +190,7 @@ type Proc struct {
 	score    chan scoreResult
 	warnings []string
 	watched  bool          // the daemon watches this process for the run
+	pidns    string        // the run's PID namespace, as /proc/PID/ns/pid names it
 	ready    chan struct{} // closed when the helper is set up
 	released chan struct{} // closed when the command may start (at once without a gate)
 
@@ -364,6 +371,22 @@ func newProc(m *Mount, spec Spec, name string) *Proc {
 		ready: make(chan struct{}), released: make(chan struct{})}
 }
 
+// rootMountpoint is the empty directory that runs bind the main view over
+// (EnvRoot), made as needed beside the records' directory; "" when it
+// cannot be made, and the runs go without.
+func rootMountpoint() string {
+	d := filepath.Join(filepath.Dir(recordsPath()), "root")
+	if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		if os.MkdirAll(filepath.Dir(d), 0o700) != nil || os.Mkdir(d, 0o755) != nil {
+			return ""
+		}
+	}
+	if fi, err := os.Lstat(d); err != nil || !fi.IsDir() {
+		return ""
+	}
+	return d
+}
+
 // release lets the command start once the helper is set up.
 func (p *Proc) release() { close(p.released) }
 
@@ -408,7 +431,7 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 	cfg := initConfig{
 		View: p.m.View(p.name), Targets: append(targets, binds...), DataPath: dp,
 		Dir: p.rebase(dir), Args: p.spec.Args, Env: env, Score: p.spec.Score, LastPID: p.spec.LastPID,
-		Gate: p.spec.gate != nil,
+		Gate: p.spec.gate != nil, Root: p.m.rootDir(), RootAt: rootMountpoint(),
 	}
 	attr := &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
@@ -482,6 +505,7 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 		return fmt.Errorf("starting the run's helper: %w", err)
 	}
 	p.cmd, p.status = cmd, statusR
+	p.pidns, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", cmd.Process.Pid))
 	return nil
 }
 
@@ -633,6 +657,12 @@ func (p *Proc) wait(ctx context.Context) {
 		if err := killCgroup(p.cg.dir); err != nil && res.Error == "" {
 			res.Error = err.Error()
 		}
+	}
+	// Runs inside the run died with it: end what they left (their
+	// branches, children of this one, which could not be committed
+	// with them) before this one is ended.
+	if p.pidns != "" {
+		reapNamespace(p.pidns)
 	}
 	if st.Signal != 0 {
 		res.sig = syscall.Signal(st.Signal)
