@@ -19,7 +19,7 @@ import (
 // announces it in SysfsDir; without that directory nothing is called.
 const (
 	SysBranch  = 500 // x86_64 only
-	ABIVersion = 2
+	ABIVersion = 3
 	SysfsDir   = "/sys/kernel/branch"
 
 	BR_CREATE = 1
@@ -31,7 +31,7 @@ const (
 	BR_ISOLATE   = 1 << 2
 	BR_CLOSE_FDS = 1 << 3
 
-	BR_NAME_MAX     = NameBufSize
+	BR_NAME_MAX     = 256 // a name of up to 254 bytes (branch.NameMax) and its NUL
 	BR_MAX_BRANCHES = 64
 )
 

@@ -23,7 +23,7 @@
 #include "branchfs.h"
 
 #define __NR_branch		500	/* x86_64 */
-#define BRANCH_ABI_VERSION	2
+#define BRANCH_ABI_VERSION	3
 #define BRANCH_SYSFS		"/sys/kernel/branch"
 
 #define BR_CREATE	1
@@ -35,7 +35,7 @@
 #define BR_ISOLATE	(1U << 2)	/* siblings cannot signal, trace or renice each other */
 #define BR_CLOSE_FDS	(1U << 3)	/* children start with fds 0, 1 and 2 only */
 
-#define BR_NAME_MAX	128
+#define BR_NAME_MAX	256	/* a name of 1 to 254 bytes and its NUL */
 #define BR_MAX_BRANCHES	64
 
 /* Unused bytes must be zero. */
