@@ -12,6 +12,9 @@ PROG=/tests/criu-stateful
 # The incremental test's 256 MiB image must fit beside the 256 MiB subject.
 mount -o remount,size=80% /data
 mkdir -p /run && mount -t tmpfs run /run # CRIU caches its kernel probe in /run (per boot)
+# A checkpoint freezes the run's cgroup first: runs need cgroup v2.
+mkdir -p /sys/fs/cgroup
+grep -q ' /sys/fs/cgroup cgroup2 ' /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup
 ip link set lo up 2>/dev/null
 mkdir -p /dev/pts && mount -t devpts -o ptmxmode=0666 devpts /dev/pts # criu check opens /dev/ptmx
 [ -e /dev/ptmx ] || ln -s pts/ptmx /dev/ptmx
@@ -43,14 +46,36 @@ wait_for() {
 	done
 }
 
-# start NAME MIB: runs the subject in a new branch NAME; waits until ready.
+# start NAME MIB [MODE]: runs the subject in a new branch NAME; waits until ready.
 start() {
 	branchfs create "$1" $MNT >/dev/null || return 1
 	# Its stdio is opened inside the run's mount namespace, where CRIU
 	# finds the mounts of every file it has open.
-	branchfs run --data-path fuse --branch "$1" $MNT -- sh -c "exec $PROG $MNT $2 </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
+	branchfs run --data-path fuse --branch "$1" $MNT -- sh -c "exec $PROG $MNT $2 $3 </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
 	RUNPID=$!
 	wait_for $MNT/@"$1"/ready
+}
+
+# subject: the pid of the running subject (its child, which holds the
+# secret, has the higher pid).
+subject() { pidof criu-stateful | tr ' ' '\n' | sort -n | head -1; }
+
+# bump N: counts the subject's counter up to N, one SIGUSR2 at a time,
+# each acknowledged in /tmp/counter (outside the branch, which a
+# checkpoint that leaves the subject running makes read-only).
+bump() {
+	pid=$(subject)
+	c=$(cat /tmp/counter)
+	while [ "$c" -lt "$1" ]; do
+		kill -USR2 "$pid"
+		i=0
+		until [ "$(cat /tmp/counter 2>/dev/null)" = $((c + 1)) ]; do
+			i=$((i + 1))
+			[ $i -gt 2400 ] && return 1
+			sleep 0.05
+		done
+		c=$((c + 1))
+	done
 }
 
 if ! criu check >/tmp/criu-check 2>&1; then
@@ -61,8 +86,10 @@ pass criu_available
 # CRIU keeps what it probed of the kernel in /run for the rest of the boot.
 if [ -f /run/criu.kdat ]; then pass "criu_kdat_cached: /run/criu.kdat"; else fail "criu_kdat_cached: no /run/criu.kdat"; fi
 
-# A checkpoint of the subject's run, its files frozen with it.
-if start ck 16 && out=$(branchfs checkpoint ck $MNT --run-id ck 2>&1) && [ -f $STORE/branches/ck/images/1/image.json ]; then
+# A checkpoint of the subject's run, its files frozen with it. The
+# subject writes in its branch every millisecond, and its counter is 3.
+if start ck 16 write && bump 3 && out=$(branchfs checkpoint ck $MNT --run-id ck 2>&1) &&
+	[ -f $STORE/branches/ck/images/1/image.json ]; then
 	if echo x 2>/dev/null >$MNT/@ck/frozen; then
 		fail "criu_checkpoint: the checkpointed branch is still writable"
 	else
@@ -73,8 +100,11 @@ else
 fi
 
 # restore_keep N: N clones; each must have continued from the subject's
-# state and written only into its own branch. Prints the clones' ids.
+# state (its counter 3, every word of its memory, its child, no write
+# error ever) and written only into its own branch. Collects the clones'
+# ids and results.
 ids=""
+results=""
 restore_keep() {
 	n=$1
 	if ! out=$(branchfs restore ck $MNT --clones $n --keep 2>&1); then
@@ -86,8 +116,10 @@ restore_keep() {
 	bad=""
 	for b in $branches; do
 		r=$(cat $MNT/@$b/result 2>/dev/null)
+		results="$results$r
+"
 		case $r in
-		"clone "*" counter=kept alloc=ok child=ok") ;;
+		"clone "*" counter=3 alloc=ok child=ok writes=ok") ;;
 		*) bad="$bad $b:[$r]" ;;
 		esac
 		grep -q "^$r\$" $MNT/@$b/state.log || bad="$bad $b:state.log"
@@ -105,6 +137,16 @@ restore_keep() {
 restore_keep 1
 restore_keep 3
 restore_keep 8
+
+# The subject, which wrote in its branch every millisecond, saw no error:
+# it was stopped before its branch turned read-only (its memory, which
+# every clone restored, says so).
+n=$(echo "$results" | grep -c 'writes=ok$')
+if [ "$n" = 12 ]; then
+	pass "criu_unnoticed: 12 clones, no write error before the checkpoint"
+else
+	fail "criu_unnoticed: $n of 12 clones without a write error: $(echo "$results" | grep -v 'writes=ok$' | head -2)"
+fi
 
 # Every clone saw its own id.
 total=$(echo $ids | wc -w)
@@ -132,7 +174,7 @@ fi
 out=$(branchfs restore ck $MNT --clones 3 --json 2>&1)
 winner=$(echo "$out" | sed -n 's/.*"winner":"\([^"]*\)".*/\1/p')
 commits=$(echo "$out" | grep -o '"committed":true' | wc -l)
-if [ -n "$winner" ] && [ "$commits" = 1 ] && grep -q 'alloc=ok child=ok' $MNT/@ck/result 2>/dev/null &&
+if [ -n "$winner" ] && [ "$commits" = 1 ] && grep -q 'counter=3 alloc=ok child=ok writes=ok' $MNT/@ck/result 2>/dev/null &&
 	[ "$(branchfs list $MNT | grep -c 'ck-clone-')" = 0 ]; then
 	pass "criu_commit_race: $winner won"
 else
@@ -140,21 +182,30 @@ else
 fi
 branchfs abort $MNT/@ck --recursive >/dev/null 2>&1
 
-# Incremental: after 1% of 256 MiB is written, only about that is dumped.
-if start inc 256 && full=$(branchfs checkpoint inc $MNT --run-id inc --leave-running --json 2>&1); then
-	pid=$(pidof criu-stateful | tr ' ' '\n' | sort -n | head -1)
+# Incremental: after 1% of 256 MiB is given new contents, only about that
+# is dumped, and a clone restored from the increment (over its parent)
+# has the new contents and the counter of the second checkpoint.
+if start inc 256 && bump 1 && full=$(branchfs checkpoint inc $MNT --run-id inc --leave-running --json 2>&1); then
 	rm -f /tmp/touched
-	kill -USR1 $pid
+	bump 2
+	kill -USR1 $(subject)
 	if wait_for /tmp/touched && inc=$(branchfs checkpoint inc $MNT --run-id inc --leave-running --incremental --json 2>&1); then
 		fp=$(echo "$full" | sed -n 's/.*"pages":\([0-9]*\).*/\1/p')
 		ip=$(echo "$inc" | sed -n 's/.*"pages":\([0-9]*\).*/\1/p')
 		tier=$(echo "$inc" | sed -n 's/.*"tier":"\([^"]*\)".*/\1/p')
+		# The restore needs the room the subject holds.
+		kill $RUNPID 2>/dev/null; wait $RUNPID 2>/dev/null
+		out=$(branchfs restore inc $MNT --clones 1 --keep 2>&1)
+		b=$(echo "$out" | sed -n 's/^restored clone 0 in branch \([^ ]*\) .*/\1/p')
+		r=$(cat $MNT/@$b/result 2>/dev/null)
 		# 1% of 65536 pages is 656; allow the stack, libc and the like.
-		if [ "$tier" = soft-dirty ] && [ "$ip" -ge 600 ] && [ "$ip" -le 1600 ] && [ "$fp" -ge 65536 ]; then
-			pass "criu_incremental: tier $tier, $ip of $fp pages"
+		if [ "$tier" = soft-dirty ] && [ "$ip" -ge 600 ] && [ "$ip" -le 1600 ] && [ "$fp" -ge 65536 ] &&
+			echo "$r" | grep -q "^clone [0-9a-f]* counter=2 alloc=ok child=ok writes=ok\$"; then
+			pass "criu_incremental: tier $tier, $ip of $fp pages; restored: $r"
 		else
-			fail "criu_incremental: tier $tier, $ip of $fp pages: $inc"
+			fail "criu_incremental: tier $tier, $ip of $fp pages: $inc; restored: [$r] $out"
 		fi
+		[ -n "$b" ] && branchfs abort $MNT/@$b >/dev/null
 	else
 		fail "criu_incremental: $inc"
 	fi
@@ -166,20 +217,20 @@ branchfs abort $MNT/@inc --recursive >/dev/null 2>&1
 
 # Incremental where the kernel has no soft-dirty bits: the dump keeps the
 # pages that differ from the previous image (the counter's, the stack's;
-# SIGUSR1 rewrites 1% of the allocation with what it held), and the
-# image restores whole through its parent.
+# SIGUSR1 gives 1% of the allocation new contents), and the image
+# restores whole through its parent, with those contents and the counter.
 touch /tmp/no-soft-dirty
-if start inca 64 && full=$(branchfs checkpoint inca $MNT --run-id inca --leave-running --json 2>&1); then
-	pid=$(pidof criu-stateful | tr ' ' '\n' | sort -n | head -1)
+if start inca 64 && bump 1 && full=$(branchfs checkpoint inca $MNT --run-id inca --leave-running --json 2>&1); then
 	rm -f /tmp/touched
-	kill -USR1 $pid
+	bump 2
+	kill -USR1 $(subject)
 	if wait_for /tmp/touched && inc=$(branchfs checkpoint inca $MNT --run-id inca --leave-running --incremental 2>&1); then
 		fp=$(echo "$full" | sed -n 's/.*"pages":\([0-9]*\).*/\1/p')
 		ip=$(echo "$inc" | sed -n 's/.*tier anon-pagemap, \([0-9]*\) pages.*/\1/p')
 		out=$(branchfs restore inca $MNT --clones 1 --keep 2>&1)
 		b=$(echo "$out" | sed -n 's/^restored clone 0 in branch \([^ ]*\) .*/\1/p')
 		if [ -n "$ip" ] && [ "$ip" -ge 1 ] && [ "$ip" -le $((fp / 20)) ] && [ -L $STORE/branches/inca/images/2/parent ] &&
-			grep -q 'alloc=ok child=ok' $MNT/@$b/result 2>/dev/null; then
+			grep -q 'counter=2 alloc=ok child=ok writes=ok$' $MNT/@$b/result 2>/dev/null; then
 			pass "criu_incremental_anon: $inc; restored whole"
 		else
 			fail "criu_incremental_anon: $ip of $fp pages: $inc; $out"
@@ -200,10 +251,10 @@ branchfs abort $MNT/@inca --recursive >/dev/null 2>&1
 # the image; a second lazy restore copies that set in first.
 lazy_ok() { # OUT: one clone restored, continued from its state
 	b=$(echo "$1" | sed -n 's/^restored clone 0 in branch \([^ ]*\) .*/\1/p')
-	[ -n "$b" ] && grep -q "^clone [0-9a-f]* counter=kept alloc=ok child=ok\$" $MNT/@$b/result 2>/dev/null
+	[ -n "$b" ] && grep -q "^clone [0-9a-f]* counter=1 alloc=ok child=ok writes=ok\$" $MNT/@$b/result 2>/dev/null
 }
 ws=$STORE/branches/lz/images/1/workingset
-if start lz 32 && branchfs checkpoint lz $MNT --run-id lz >/dev/null 2>&1 &&
+if start lz 32 && bump 1 && branchfs checkpoint lz $MNT --run-id lz >/dev/null 2>&1 &&
 	out=$(branchfs restore lz $MNT --clones 1 --keep --lazy 2>&1) && lazy_ok "$out"; then
 	if [ -s $ws ] && echo "$out" | grep -q 'recorded the working set'; then
 		pass "criu_lazy_restore: $(wc -l <$ws) pages in the working set"

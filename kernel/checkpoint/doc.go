@@ -17,11 +17,13 @@
 // A checkpoint (Checkpoint) dumps the tree rooted at the run's command,
 // from inside the run's mount and PID namespaces, into
 // STORE/branches/NAME/images/GEN (see branch.PublishImage for how an
-// image is journaled). Before the dump it makes a child branch,
-// NAME-checkpoint (the hold), so that NAME, which has a live child, is
-// read-only from then on: the checkpoint's files stay as its memory
-// expects them (the frozen-origin rule). A write that races the
-// checkpoint fails with EROFS. An incremental checkpoint stores only
+// image is journaled). First it freezes the run's cgroup, then it makes
+// a child branch, NAME-checkpoint (the hold), so that NAME, which has a
+// live child, is read-only from then on: the checkpoint's files stay as
+// its memory expects them (the frozen-origin rule). The tree is frozen
+// before its branch turns read-only, so it never sees that happen; only a
+// tree left running after the dump (LeaveRunning) writes into a read-only
+// branch, and gets EROFS. An incremental checkpoint stores only
 // what changed since the previous one, by the best tier that works: the
 // kernel's soft-dirty bits (CRIU's --track-mem, tier "soft-dirty"); where
 // the kernel lacks them, or the previous dump did not track memory, the

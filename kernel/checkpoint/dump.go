@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/branchfs/branchfs/branch"
 	"github.com/branchfs/branchfs/kernel/explore"
@@ -30,6 +31,9 @@ type DumpOptions struct {
 	LeaveRunning bool // the tree goes on after the dump (else it is killed)
 	Incremental  bool // only pages written since the previous checkpoint, where the kernel can tell
 }
+
+// freezeTimeout bounds the wait for a run's tree to stop before a dump.
+const freezeTimeout = 10 * time.Second
 
 // HoldName is the child branch that keeps a checkpointed branch's files
 // frozen.
@@ -87,6 +91,16 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta,
 			meta.Tier, meta.Parent = TierAnon, prev.Gen
 		}
 	}
+	// The tree stops first, then its branch goes read-only (the hold),
+	// then CRIU dumps it: the tree never runs while its branch is
+	// read-only, so the checkpoint is one it does not notice. CRIU seizes
+	// the frozen tasks as any others; they go on (--leave-running) or
+	// are killed, and the cgroup is thawed, once it is done.
+	thaw, err := explore.FreezeRun(root, freezeTimeout)
+	if err != nil {
+		return meta, fmt.Errorf("checkpoint: stopping the tree of process %d: %w", root, err)
+	}
+	defer thaw()
 	// The hold freezes the branch's files before the memory is taken.
 	hold := HoldName(name)
 	madeHold := false
@@ -149,8 +163,10 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta,
 			log = kept
 		}
 		why := logError(log)
-		if len(out) > 0 && strings.HasPrefix(why, "no log") {
-			why = firstError(out)
+		if strings.HasPrefix(why, "no log") {
+			// CRIU did not get as far as its log (or nsenter did not
+			// start it): what it or nsenter printed says why.
+			why = fmt.Sprintf("%v, and no log: %s", err, firstError(out))
 		}
 		return fail(fmt.Errorf("criu dump of process %d failed: %s", root, why))
 	}

@@ -192,22 +192,73 @@ func removeCgroupTree(dir string) error {
 
 // waitUnpopulated waits until cgroup.events says "populated 0" or d passes.
 // The kernel signals a change of that file as POLLPRI.
-func waitUnpopulated(dir string, d time.Duration) {
+func waitUnpopulated(dir string, d time.Duration) { waitEvent(dir, "populated 0", d) }
+
+// waitEvent waits, at most d, until the cgroup at dir reports event (a
+// line of cgroup.events, such as "frozen 1"), and says whether it did.
+func waitEvent(dir, event string, d time.Duration) bool {
 	f, err := os.Open(filepath.Join(dir, "cgroup.events"))
 	if err != nil {
-		return
+		return false
 	}
 	defer f.Close()
 	deadline := time.Now().Add(d)
 	buf := make([]byte, 256)
-	for time.Now().Before(deadline) {
+	for {
 		n, err := f.ReadAt(buf, 0)
 		if n == 0 && err != nil {
-			return
+			return false
 		}
-		if bytes.Contains(buf[:n], []byte("populated 0")) {
-			return
+		if bytes.Contains(buf[:n], []byte(event)) {
+			return true
 		}
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		// The kernel notifies a change of cgroup.events as POLLPRI.
 		unix.Poll([]unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLPRI}}, 50)
 	}
+}
+
+// FreezeRun freezes the cgroup of the run that process pid belongs to,
+// with cgroup v2's freezer (every task of it stops at its next return to
+// user space; a fatal signal still ends it), waits, at most d, until all
+// of it is frozen, and returns the function that thaws it. It fails when
+// pid is in no run's cgroup: a run that has none cannot be frozen.
+func FreezeRun(pid int, d time.Duration) (thaw func() error, err error) {
+	dir, err := cgroupOf(pid)
+	if err != nil {
+		return nil, err
+	}
+	if filepath.Base(filepath.Dir(dir)) != cgroupsDir {
+		return nil, fmt.Errorf("process %d is in no run's cgroup (it is in %s)", pid, dir)
+	}
+	freeze := filepath.Join(dir, "cgroup.freeze")
+	thaw = func() error { return os.WriteFile(freeze, []byte("0"), 0) }
+	if err := os.WriteFile(freeze, []byte("1"), 0); err != nil {
+		return nil, fmt.Errorf("freezing cgroup %s: %w", dir, err)
+	}
+	if !waitEvent(dir, "frozen 1", d) {
+		thaw()
+		return nil, fmt.Errorf("cgroup %s did not freeze within %v", dir, d)
+	}
+	return thaw, nil
+}
+
+// cgroupOf is the directory of process pid's cgroup v2.
+func cgroupOf(pid int) (string, error) {
+	mnt, err := cgroup2Mount()
+	if err != nil {
+		return "", err
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "0::"); ok {
+			return filepath.Join(mnt, rest), nil
+		}
+	}
+	return "", fmt.Errorf("process %d: no cgroup v2 entry in /proc/%d/cgroup", pid, pid)
 }
