@@ -12,19 +12,32 @@ json_all() { grep -o "\"$1\":[0-9.]*" | cut -d: -f2; }
 median3() { tr ' ' '\n' | grep . | sort -n | sed -n 2p; }
 drop_clones() { branchfs list $MNT | grep -o "$1-clone-[^ ]*" | while read -r b; do branchfs abort $MNT/@$b >/dev/null; done; }
 
-# Fresh start: from `branchfs run` to the subject's ready file.
-branchfs create bfresh $MNT >/dev/null
-t0=$(now)
-branchfs run --data-path fuse --branch bfresh $MNT -- sh -c "exec $PROG $MNT 16 </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
-rp=$!
-while [ ! -e $MNT/@bfresh/ready ]; do sleep 0.01; done
-fresh=$(ms_between $t0 $(now))
-branchfs checkpoint bfresh $MNT --run-id bfresh >/dev/null
-wait $rp
-
-one=$(branchfs restore bfresh $MNT --clones 1 --keep --json | json_field restore_ms)
-echo "BENCH restore_1_vs_fresh_start $(echo "$one $fresh" | awk '{ printf "%.2f", $1 / $2 }') ($one ms vs $fresh ms, 16 MiB)"
-drop_clones bfresh
+# Fresh start, from `branchfs run` to the subject's ready file (it fills
+# its memory, a different value in every word), against the restore of a
+# checkpoint taken once it was ready; 16 MiB, 256 MiB and 1 GiB.
+fresh_vs_restore() { # NAME MIB
+	branchfs create $1 $MNT >/dev/null
+	t0=$(now)
+	branchfs run --data-path fuse --branch $1 $MNT -- sh -c "exec $PROG $MNT $2 </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
+	rp=$!
+	while [ ! -e $MNT/@$1/ready ] && kill -0 $rp 2>/dev/null; do sleep 0.01; done
+	fresh=$(ms_between $t0 $(now))
+	if ! [ -e $MNT/@$1/ready ] || ! branchfs checkpoint $1 $MNT --run-id $1 >/dev/null; then
+		echo "BENCH restore_1_vs_fresh_start_${2}MiB: does not fit in the guest"
+		kill $rp 2>/dev/null
+		wait $rp 2>/dev/null
+		return 1
+	fi
+	wait $rp
+	one=$(branchfs restore $1 $MNT --clones 1 --keep --json | json_field restore_ms)
+	echo "BENCH restore_1_vs_fresh_start_${2}MiB $(echo "$one $fresh" | awk '{ printf "%.2f", $1 / $2 }') ($one ms vs $fresh ms)"
+	drop_clones $1
+}
+for mib in 256 1024; do
+	fresh_vs_restore bfresh$mib $mib
+	branchfs abort $MNT/@bfresh$mib --recursive >/dev/null 2>&1
+done
+fresh_vs_restore bfresh 16
 
 # 10 clones one after another, then together; where the time goes: the
 # set-up of each clone's run (branch, namespaces, cgroup: started_ms)
@@ -44,12 +57,12 @@ j=$(branchfs restore bfresh $MNT --clones 10 --keep --json)
 par=$(echo "$j" | json_field restore_ms)
 setup=$(echo "$j" | json_all started_ms | sort -n | tail -1)
 par_criu=$(echo "$j" | json_all criu_ms | awk '{ s += $1 } END { printf "%.0f", s / NR }')
-echo "BENCH restore_10_together_vs_one_after_another $(echo "$par $seq_ms" | awk '{ printf "%.2f", $1 / $2 }') ($par ms vs $seq_ms ms; together: every run set up after $setup ms, criu restore $par_criu ms a clone on average; one after another: criu restore $(echo $seq_criu | awk '{ printf "%.0f", $1 / 10 }') ms a clone)"
 drop_clones bfresh
 branchfs abort $MNT/@bfresh --recursive >/dev/null
 
-# What 2 vCPUs on a shared host give: 10 CPU-bound jobs together vs one
-# after another (the floor of the ratio above).
+# What 2 vCPUs on a shared host give, right after: 10 CPU-bound jobs
+# together vs one after another, the floor of the ratio of the restores
+# (they overlap waiting as well as computing, so they can go below it).
 cpu_job() { awk 'BEGIN { for (i = 0; i < 100000; i++) s += i * i }'; }
 t0=$(now)
 for i in 1 2 3 4 5 6 7 8 9 10; do cpu_job; done
@@ -57,7 +70,8 @@ t1=$(now)
 for i in 1 2 3 4 5 6 7 8 9 10; do cpu_job & done
 wait
 t2=$(now)
-echo "BENCH cpu_10_together_vs_one_after_another $(echo "$t0 $t1 $t2" | awk '{ printf "%.2f", ($3 - $2) / ($2 - $1) }') ($(ms_between $t1 $t2) ms vs $(ms_between $t0 $t1) ms)"
+floor=$(echo "$t0 $t1 $t2" | awk '{ printf "%.2f", ($3 - $2) / ($2 - $1) }')
+echo "BENCH restore_10_together_vs_one_after_another $(echo "$par $seq_ms" | awk '{ printf "%.2f", $1 / $2 }') beside a CPU floor of $floor ($par ms vs $seq_ms ms; together: every run set up after $setup ms, criu restore $par_criu ms a clone on average; one after another: criu restore $(echo $seq_criu | awk '{ printf "%.0f", $1 / 10 }') ms a clone; CPU jobs $(ms_between $t1 $t2) ms vs $(ms_between $t0 $t1) ms)"
 
 # Time to first output of a restored clone (the subject's DIR/first, once
 # it has read its hot pages: 1% of its allocation): eager restore, lazy
@@ -108,8 +122,16 @@ for mib in 64 256 1024; do
 	done
 	wsn=$(wc -l <$ws 2>/dev/null)
 	for i in 1 2 3; do pre="$pre $(first_output $n --lazy)"; done
-	e=$(echo $eager | median3) l=$(echo $lazy | median3) p=$(echo $pre | median3)
-	echo "BENCH first_output_${mib}MiB eager $e ms, lazy $l ms ($(echo "$l $e" | awk '{ printf "%.2f", $1 / $2 }')x), lazy with prefetch $p ms ($(echo "$p $e" | awk '{ printf "%.2f", $1 / $2 }')x); working set ${wsn:-0} pages (runs: eager$eager; lazy$lazy; prefetch$pre)"
+	# The working set of another input: recorded by a lazy restore whose
+	# process read other pages (offset 50), then used for input 0.
+	rm -f $ws
+	echo 50 >/tmp/hot-offset
+	first_output $n --lazy >/dev/null
+	rm -f /tmp/hot-offset
+	other=""
+	for i in 1 2 3; do other="$other $(first_output $n --lazy)"; done
+	e=$(echo $eager | median3) l=$(echo $lazy | median3) p=$(echo $pre | median3) o=$(echo $other | median3)
+	echo "BENCH first_output_${mib}MiB eager $e ms, lazy $l ms ($(echo "$l $e" | awk '{ printf "%.2f", $1 / $2 }')x), lazy with prefetch $p ms ($(echo "$p $e" | awk '{ printf "%.2f", $1 / $2 }')x), with the working set of another input $o ms ($(echo "$o $e" | awk '{ printf "%.2f", $1 / $2 }')x); working set ${wsn:-0} pages (runs: eager$eager; lazy$lazy; prefetch$pre; other input$other)"
 	branchfs abort $MNT/@$n --recursive >/dev/null
 done
 

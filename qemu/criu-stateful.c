@@ -20,9 +20,10 @@
  * and remembers any error, which a clone reports: a checkpoint must stop
  * it before its branch turns read-only.
  * Its first output after a restore, DIR/first, comes once it has read its
- * hot pages (1% of the allocation, spread over it); with "hot" it checks
- * only those and not the whole allocation (the lazy restore benchmark's
- * working set).
+ * hot pages (1% of the allocation, spread over it: every 100th page from
+ * the one /tmp/hot-offset names, 0 without it, read after the restore: the
+ * restored process's input); with "hot" it checks only those and not the
+ * whole allocation (the lazy restore benchmark's working set).
  *
  * Usage: criu-stateful DIR MIB [hot|write]
  */
@@ -174,8 +175,15 @@ int main(int argc, char **argv)
 		}
 		nanosleep(&ts, NULL);
 	}
-	/* The hot pages first: one word of every 100th page. */
-	for (p = 0; p < pages; p += TOUCH_STRIDE)
+	/* The hot pages first: one word of every 100th page from the offset. */
+	f = fopen("/tmp/hot-offset", "r");
+	p = 0;
+	if (f) {
+		if (fscanf(f, "%zu", &p) != 1)
+			p = 0;
+		fclose(f);
+	}
+	for (p %= TOUCH_STRIDE; p < pages; p += TOUCH_STRIDE)
 		if (mem[p * WORDS_PER_PAGE] != word(p * WORDS_PER_PAGE, gen_of(p, touches), seed))
 			break;
 	alloc_ok = p >= pages;
