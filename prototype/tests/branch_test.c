@@ -2969,22 +2969,34 @@ out:
 	pass(test);
 }
 
+#define FREEZER1 "/tmp/freezer1"
+
 /*
- * The freezer of suspend freezes a child waiting at the gate, and the
- * caller held at its fork event; both go on once the system resumed
- * (/sys/power/pm_test "freezer": freeze every task, then thaw).
+ * The freezers freeze a child waiting at the gate, and the caller held at
+ * its fork event; both go on once thawed: cgroup v1's freezer (it reaches
+ * the child through the cgroup, and stays FREEZING while a task is not
+ * frozen), and suspend's, which walks every process (/sys/power/pm_test
+ * "freezer": freeze every task, then thaw).
  */
 static void test_gate_freeze(void)
 {
 	const char *test = "gate_freeze";
+	const char *cg = FREEZER1 "/branch_test";
 	long deadline = now_ns() + 60 * 1000000000L;
-	int st, forks = 0;
+	int st, forks = 0, i;
+	char buf[64] = "";
 	pid_t pid, w;
 
-	if (access("/sys/power/pm_test", W_OK)) {
-		fail(test, "no /sys/power/pm_test: %s", strerror(errno));
+	if ((mkdir(FREEZER1, 0755) && errno != EEXIST) || mount("cgroup", FREEZER1, "cgroup", 0, "freezer")) {
+		fail(test, "mount a cgroup v1 freezer hierarchy: %s", strerror(errno));
 		return;
 	}
+	if (mkdir(cg, 0755) && errno != EEXIST) {
+		fail(test, "mkdir %s: %s", cg, strerror(errno));
+		goto out;
+	}
+	if (access("/sys/power/pm_test", W_OK))
+		fail(test, "no /sys/power/pm_test: %s", strerror(errno));
 	reset_shared();
 	pid = fork();
 	if (pid == 0) {
@@ -2993,6 +3005,8 @@ static void test_gate_freeze(void)
 		int s0 = 0, s1 = 0;
 		long r;
 
+		if (write_file(FREEZER1 "/branch_test/cgroup.procs", "0"))
+			_exit(3);
 		ptrace(PTRACE_TRACEME, 0, 0, 0);
 		raise(SIGSTOP);
 		r = create(MNT, BR_FS, 2, pids, names);
@@ -3007,24 +3021,34 @@ static void test_gate_freeze(void)
 		_exit(exited(s0, 0) && exited(s1, 0) ? 0 : 2);
 	}
 	if (trace_forks(test, pid))
-		return;
+		goto out;
 	while (now_ns() < deadline) {
 		w = waitpid(-1, &st, __WALL);
 		if (w < 0)
 			break;
 		if (w == pid && (WIFEXITED(st) || WIFSIGNALED(st))) {
 			if (!exited(st, 0))
-				fail(test, "caller ended with %#x (1: BR_CREATE failed, 2: a child's end)", st);
+				fail(test, "caller ended with %#x (1: BR_CREATE failed, 2: a child's end, 3: setup)", st);
 			break;
 		}
 		if (!WIFSTOPPED(st))
 			continue;
 		if (w == pid && fork_event(st) && !forks++) {
+			if (write_file(FREEZER1 "/branch_test/freezer.state", "FROZEN"))
+				fail(test, "freezer.state FROZEN: %s", strerror(errno));
+			for (i = 0; i < 5000; i++) {
+				if (!read_file(FREEZER1 "/branch_test/freezer.state", buf, sizeof(buf)) &&
+				    !strncmp(buf, "FROZEN", 6))
+					break;
+				usleep(1000);
+			}
+			if (strncmp(buf, "FROZEN", 6))
+				fail(test, "the cgroup freezer stays %.8s with a child at the gate", buf);
+			write_file(FREEZER1 "/branch_test/freezer.state", "THAWED");
 			write_file("/sys/module/suspend/parameters/pm_test_delay", "1");
-			if (write_file("/sys/power/pm_test", "freezer"))
-				fail(test, "pm_test freezer: %s", strerror(errno));
-			else if (write_file("/sys/power/state", "freeze"))
-				fail(test, "freezing with a child at the gate: %s", strerror(errno));
+			if (!write_file("/sys/power/pm_test", "freezer") &&
+			    write_file("/sys/power/state", "freeze"))
+				fail(test, "suspend's freezer, with a child at the gate: %s", strerror(errno));
 			write_file("/sys/power/pm_test", "none");
 		}
 		ptrace(PTRACE_CONT, w, 0, w == pid ? 0 : signal_to_pass(st));
@@ -3037,6 +3061,10 @@ static void test_gate_freeze(void)
 		;
 	if (wait_views(MNT, 0))
 		fail(test, "%d branches left", count_views(MNT));
+out:
+	rmdir(cg);
+	if (umount2(FREEZER1, 0))
+		fail(test, "umount %s: %s", FREEZER1, strerror(errno));
 	pass(test);
 }
 
