@@ -2560,10 +2560,12 @@ static void *churner(void *arg)
 	int fd, k;
 
 	while (!c->stop) {
-		/* A file in the view, which the move reopens... */
+		/* A file in the view, held a moment, which the move reopens... */
 		fd = open(MNT "/churn.txt", O_RDONLY);
-		if (fd >= 0)
+		if (fd >= 0) {
+			usleep(300);
 			close(fd);
+		}
 		/* ...and then another file, likely under the same number. */
 		fd = open("/dev/null", O_RDONLY);
 		if (fd < 0)
@@ -2587,7 +2589,7 @@ static void *churner(void *arg)
 static void test_commit_threads_fds(void)
 {
 	const char *test = "commit_threads_fds";
-	enum { HELD = 48, THREADS = 3, ROUNDS = 4 };
+	enum { HELD = 48, THREADS = 3, ROUNDS = 6 };
 	char names[1][BR_NAME_MAX], path[64];
 	int round, status, i;
 	pid_t pids[1];
