@@ -33,6 +33,7 @@ W
 chmod +x /tmp/criu-wrap
 export BRANCHFS_CRIU=/tmp/criu-wrap
 
+# A checkpoint that hangs fails its test after 5 minutes, not the whole run.
 pass() { echo "PASS $*"; }
 fail() { echo "FAIL $*"; }
 
@@ -88,7 +89,7 @@ if [ -f /run/criu.kdat ]; then pass "criu_kdat_cached: /run/criu.kdat"; else fai
 
 # A checkpoint of the subject's run, its files frozen with it. The
 # subject writes in its branch every millisecond, and its counter is 3.
-if start ck 16 write && bump 3 && out=$(branchfs checkpoint ck $MNT --run-id ck 2>&1) &&
+if start ck 16 write && bump 3 && out=$(timeout 300 branchfs checkpoint ck $MNT --run-id ck 2>&1) &&
 	[ -f $STORE/branches/ck/images/1/image.json ]; then
 	if echo x 2>/dev/null >$MNT/@ck/frozen; then
 		fail "criu_checkpoint: the checkpointed branch is still writable"
@@ -185,11 +186,11 @@ branchfs abort $MNT/@ck --recursive >/dev/null 2>&1
 # Incremental: after 1% of 256 MiB is given new contents, only about that
 # is dumped, and a clone restored from the increment (over its parent)
 # has the new contents and the counter of the second checkpoint.
-if start inc 256 && bump 1 && full=$(branchfs checkpoint inc $MNT --run-id inc --leave-running --json 2>&1); then
+if start inc 256 && bump 1 && full=$(timeout 300 branchfs checkpoint inc $MNT --run-id inc --leave-running --json 2>&1); then
 	rm -f /tmp/touched
 	bump 2
 	kill -USR1 $(subject)
-	if wait_for /tmp/touched && inc=$(branchfs checkpoint inc $MNT --run-id inc --leave-running --incremental --json 2>&1); then
+	if wait_for /tmp/touched && inc=$(timeout 300 branchfs checkpoint inc $MNT --run-id inc --leave-running --incremental --json 2>&1); then
 		fp=$(echo "$full" | sed -n 's/.*"pages":\([0-9]*\).*/\1/p')
 		ip=$(echo "$inc" | sed -n 's/.*"pages":\([0-9]*\).*/\1/p')
 		tier=$(echo "$inc" | sed -n 's/.*"tier":"\([^"]*\)".*/\1/p')
@@ -220,11 +221,11 @@ branchfs abort $MNT/@inc --recursive >/dev/null 2>&1
 # SIGUSR1 gives 1% of the allocation new contents), and the image
 # restores whole through its parent, with those contents and the counter.
 touch /tmp/no-soft-dirty
-if start inca 64 && bump 1 && full=$(branchfs checkpoint inca $MNT --run-id inca --leave-running --json 2>&1); then
+if start inca 64 && bump 1 && full=$(timeout 300 branchfs checkpoint inca $MNT --run-id inca --leave-running --json 2>&1); then
 	rm -f /tmp/touched
 	bump 2
 	kill -USR1 $(subject)
-	if wait_for /tmp/touched && inc=$(branchfs checkpoint inca $MNT --run-id inca --leave-running --incremental 2>&1); then
+	if wait_for /tmp/touched && inc=$(timeout 300 branchfs checkpoint inca $MNT --run-id inca --leave-running --incremental 2>&1); then
 		fp=$(echo "$full" | sed -n 's/.*"pages":\([0-9]*\).*/\1/p')
 		ip=$(echo "$inc" | sed -n 's/.*tier anon-pagemap, \([0-9]*\) pages.*/\1/p')
 		out=$(branchfs restore inca $MNT --clones 1 --keep 2>&1)
@@ -254,7 +255,7 @@ lazy_ok() { # OUT: one clone restored, continued from its state
 	[ -n "$b" ] && grep -q "^clone [0-9a-f]* counter=1 alloc=ok child=ok writes=ok\$" $MNT/@$b/result 2>/dev/null
 }
 ws=$STORE/branches/lz/images/1/workingset
-if start lz 32 && bump 1 && branchfs checkpoint lz $MNT --run-id lz >/dev/null 2>&1 &&
+if start lz 32 && bump 1 && timeout 300 branchfs checkpoint lz $MNT --run-id lz >/dev/null 2>&1 &&
 	out=$(branchfs restore lz $MNT --clones 1 --keep --lazy 2>&1) && lazy_ok "$out"; then
 	if [ -s $ws ] && echo "$out" | grep -q 'recorded the working set'; then
 		pass "criu_lazy_restore: $(wc -l <$ws) pages in the working set"

@@ -57,7 +57,7 @@ mem=1024
 [ -z "${BRANCHFS_CRIU_BENCH:-}" ] || mem=3584
 timeout "$timeout_s" qemu-system-x86_64 -accel "$accel" -m $mem -smp 2 \
 	-nographic -no-reboot -kernel "$kernel" -initrd "$work/initramfs.gz" \
-	-append "console=ttyS0 panic=-1 quiet" </dev/null | tr -d '\r' > "$work/console.log"
+	-append "console=ttyS0 panic=-1 quiet" </dev/null | stdbuf -oL tr -d '\r' > "$work/console.log"
 qrc=${PIPESTATUS[0]}
 set -e
 cat "$work/console.log"

@@ -93,10 +93,12 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta,
 	}
 	// The tree stops first, then its branch goes read-only (the hold),
 	// then CRIU dumps it: the tree never runs while its branch is
-	// read-only, so the checkpoint is one it does not notice. CRIU seizes
-	// the frozen tasks as any others; they go on (--leave-running) or
-	// are killed, and the cgroup is thawed, once it is done.
-	thaw, err := explore.FreezeRun(root, freezeTimeout)
+	// read-only, so the checkpoint is one it does not notice. CRIU is
+	// told of the frozen cgroup (--freeze-cgroup): it seizes every task
+	// there, thaws the cgroup to run its code in the seized tasks, and
+	// freezes it again, as it found it; the tree then goes on
+	// (--leave-running) or is killed, and the cgroup is thawed.
+	cgroup, thaw, err := explore.FreezeRun(root, freezeTimeout)
 	if err != nil {
 		return meta, fmt.Errorf("checkpoint: stopping the tree of process %d: %w", root, err)
 	}
@@ -129,7 +131,7 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta,
 	// Cgroups are not restored (each clone stays in its run's), so their
 	// properties are not dumped either.
 	args := []string{"dump", "-t", strconv.Itoa(meta.RootPID), "-D", staged, "-o", log, "-v4", "--shell-job",
-		"--manage-cgroups=ignore"}
+		"--manage-cgroups=ignore", "--freeze-cgroup", cgroup}
 	// Without --leave-running the tree is left stopped and killed here,
 	// once CRIU is done: CRIU killing it would end the run, and with its
 	// PID namespace CRIU itself, before it finished.

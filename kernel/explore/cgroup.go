@@ -223,26 +223,27 @@ func waitEvent(dir, event string, d time.Duration) bool {
 // FreezeRun freezes the cgroup of the run that process pid belongs to,
 // with cgroup v2's freezer (every task of it stops at its next return to
 // user space; a fatal signal still ends it), waits, at most d, until all
-// of it is frozen, and returns the function that thaws it. It fails when
-// pid is in no run's cgroup: a run that has none cannot be frozen.
-func FreezeRun(pid int, d time.Duration) (thaw func() error, err error) {
-	dir, err := cgroupOf(pid)
+// of it is frozen, and returns the cgroup's directory and the function
+// that thaws it. It fails when pid is in no run's cgroup: a run that has
+// none cannot be frozen.
+func FreezeRun(pid int, d time.Duration) (dir string, thaw func() error, err error) {
+	dir, err = cgroupOf(pid)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	if filepath.Base(filepath.Dir(dir)) != cgroupsDir {
-		return nil, fmt.Errorf("process %d is in no run's cgroup (it is in %s)", pid, dir)
+		return "", nil, fmt.Errorf("process %d is in no run's cgroup (it is in %s)", pid, dir)
 	}
 	freeze := filepath.Join(dir, "cgroup.freeze")
 	thaw = func() error { return os.WriteFile(freeze, []byte("0"), 0) }
 	if err := os.WriteFile(freeze, []byte("1"), 0); err != nil {
-		return nil, fmt.Errorf("freezing cgroup %s: %w", dir, err)
+		return "", nil, fmt.Errorf("freezing cgroup %s: %w", dir, err)
 	}
 	if !waitEvent(dir, "frozen 1", d) {
 		thaw()
-		return nil, fmt.Errorf("cgroup %s did not freeze within %v", dir, d)
+		return "", nil, fmt.Errorf("cgroup %s did not freeze within %v", dir, d)
 	}
-	return thaw, nil
+	return dir, thaw, nil
 }
 
 // cgroupOf is the directory of process pid's cgroup v2.

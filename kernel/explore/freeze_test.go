@@ -35,7 +35,7 @@ func TestFreezeRun(t *testing.T) {
 	eventually(t, "the run to count", func() bool { return read() > 0 })
 	pid, err := strconv.Atoi(strings.SplitN(withToken(tok)[0], ":", 2)[0])
 	must(t, err)
-	thaw, err := FreezeRun(pid, 10*time.Second)
+	_, thaw, err := FreezeRun(pid, 10*time.Second)
 	must(t, err)
 	frozen := read()
 	// Nothing to wait for: a frozen run does nothing. A tenth of a
@@ -46,7 +46,7 @@ func TestFreezeRun(t *testing.T) {
 	}
 	must(t, thaw())
 	eventually(t, "the thawed run to count on", func() bool { return read() > frozen })
-	if _, err := FreezeRun(os.Getpid(), time.Second); err == nil {
+	if _, _, err := FreezeRun(os.Getpid(), time.Second); err == nil {
 		t.Error("FreezeRun froze the cgroup of a process in no run")
 	}
 }
