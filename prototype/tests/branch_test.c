@@ -2897,6 +2897,8 @@ static void test_gate_oom(void)
 		fail(test, "no MemAvailable in /proc/meminfo");
 		return;
 	}
+	/* qemu/run.sh takes the OOM reports between the two marks as expected. */
+	write_file("/dev/kmsg", "branch_test: gate_oom begins\n");
 	reset_shared();
 	/* Only the child may be chosen: this program, the hog and the daemons not. */
 	set_oom_score_adj(getpid(), -1000);
@@ -2965,6 +2967,7 @@ static void test_gate_oom(void)
 	while (waitpid(-1, &st, __WALL | WNOHANG) > 0)
 		;
 out:
+	write_file("/dev/kmsg", "branch_test: gate_oom ends\n");
 	set_oom_score_adj(getpid(), 0);
 	if (wait_views(MNT, 0))
 		fail(test, "%d branches left", count_views(MNT));
