@@ -55,7 +55,7 @@ func (b *bench) startWorker(mnt, name string) *worker {
 	exe, err := os.Executable()
 	must(err)
 	cmd := exec.Command(b.bin, "run", "--data-path", "kernel", "--on-success", "keep", "--branch", name, mnt, "--", exe, workerArg)
-	cmd.Dir = "/"
+	cmd.Dir = mnt // the worker's requests name absolute paths; this keeps run from warning
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	must(err)

@@ -34,7 +34,7 @@ const (
 	CmdDelta  = "delta"  // the view's branch.Delta, as JSON
 	// CmdHold holds the view's branch for the caller's kernel-path run
 	// and answers its branch.Layers (hold.go); CmdRelease ends a hold
-	// whose process has exited, else fails with EBUSY.
+	// whose process has exited or asks for it, else fails with EBUSY.
 	CmdHold    = "hold"
 	CmdRelease = "release"
 	// CmdLimit sets the storage limit of the view's branch's own delta,
@@ -212,7 +212,7 @@ func (f *FS) command(ctx context.Context, v *branch.View, cmd string) ([]byte, e
 	case verb == CmdHold && arg == "":
 		return f.hold(ctx, v)
 	case verb == CmdRelease && arg == "":
-		return nil, f.releaseCmd(v)
+		return nil, f.releaseCmd(ctx, v)
 	case verb == CmdWatch:
 		return nil, f.watch(ctx, v, arg)
 	case verb == CmdUnwatch && arg == "":

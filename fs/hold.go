@@ -29,6 +29,7 @@ import (
 type holder struct {
 	name  string
 	work  string
+	pid   int // the holding process, in the daemon's PID namespace
 	pidfd int
 	once  sync.Once // release
 }
@@ -36,11 +37,7 @@ type holder struct {
 // hold holds view v's branch for the caller and returns the layers, as
 // JSON, for CmdHold.
 func (f *FS) hold(ctx context.Context, v *branch.View) ([]byte, error) {
-	c, ok := fuse.FromContext(ctx)
-	if !ok || c.Pid == 0 {
-		return nil, fmt.Errorf("hold: the caller is not visible from the daemon's PID namespace: %w", syscall.EPERM)
-	}
-	tgid, err := threadGroup(int(c.Pid))
+	tgid, err := callerProcess(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("hold: %w", err)
 	}
@@ -58,7 +55,7 @@ func (f *FS) hold(ctx context.Context, v *branch.View) ([]byte, error) {
 		unix.Close(pidfd)
 		return nil, err
 	}
-	h := &holder{name: v.Name(), work: ls.Work.Path, pidfd: pidfd}
+	h := &holder{name: v.Name(), work: ls.Work.Path, pid: tgid, pidfd: pidfd}
 	f.holdMu.Lock()
 	if f.holds == nil {
 		f.holds = map[string]*holder{}
@@ -67,6 +64,15 @@ func (f *FS) hold(ctx context.Context, v *branch.View) ([]byte, error) {
 	f.holdMu.Unlock()
 	go f.watchHolder(h)
 	return json.Marshal(ls)
+}
+
+// callerProcess is the process that made the request.
+func callerProcess(ctx context.Context) (int, error) {
+	c, ok := fuse.FromContext(ctx)
+	if !ok || c.Pid == 0 {
+		return 0, fmt.Errorf("the caller is not visible from the daemon's PID namespace: %w", syscall.EPERM)
+	}
+	return threadGroup(int(c.Pid))
 }
 
 // threadGroup is the process that thread tid belongs to: a request names
@@ -140,12 +146,20 @@ func (f *FS) release(h *holder) {
 }
 
 // releaseCmd answers CmdRelease: the hold of v's branch ends now if its
-// process has exited; while it runs, EBUSY.
-func (f *FS) releaseCmd(v *branch.View) error {
-	if f.settleHold(v.Name()) {
-		return fmt.Errorf("release %s: %w", v.Name(), branch.ErrBusy)
+// process has exited or is the caller (a run that could not mount
+// overlayfs after all, and goes on with the view); else EBUSY.
+func (f *FS) releaseCmd(ctx context.Context, v *branch.View) error {
+	if !f.settleHold(v.Name()) {
+		return nil
 	}
-	return nil
+	f.holdMu.Lock()
+	h := f.holds[v.Name()]
+	f.holdMu.Unlock()
+	if pid, err := callerProcess(ctx); err == nil && h != nil && h.pid == pid {
+		f.release(h)
+		return nil
+	}
+	return fmt.Errorf("release %s: %w", v.Name(), branch.ErrBusy)
 }
 
 // killHolders kills the processes that hold any of the branches named:

@@ -314,3 +314,38 @@ func compareFull(a, b string, dirLinks bool) string {
 	}
 	return ""
 }
+
+// TestHoldControl: a hold (CmdHold) makes the view read-only for as long
+// as its process lives or until it releases it itself; another process's
+// release fails with EBUSY while it lives. A run whose overlayfs mount
+// fails after the hold goes on with the view this way.
+func TestHoldControl(t *testing.T) {
+	m := newMount(t, "")
+	b := m.create("b")
+	ctl := func(cmd string) error {
+		f, err := os.OpenFile(filepath.Join(b, ".branchfs_ctl"), os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = f.Write([]byte(cmd))
+		return err
+	}
+	must(t, ctl("hold"))
+	wantErrno(t, os.WriteFile(filepath.Join(b, "x"), nil, 0o644), syscall.EROFS)
+	wantErrno(t, ctl("hold"), syscall.EBUSY)
+	// (dash's echo reports any failed write as an I/O error.)
+	if out, err := exec.Command("sh", "-c", "echo release > "+filepath.Join(b, ".branchfs_ctl")).CombinedOutput(); err == nil {
+		t.Errorf("another process's release succeeded: %s", out)
+	}
+	wantErrno(t, os.WriteFile(filepath.Join(b, "x"), nil, 0o644), syscall.EROFS)
+	must(t, ctl("release"))
+	writeFile(t, filepath.Join(b, "x"), "x")
+	// A holder that exits releases the hold.
+	out, err := exec.Command("sh", "-c", "echo hold > "+filepath.Join(b, ".branchfs_ctl")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("hold from a shell: %v: %s", err, out)
+	}
+	must(t, ctl("release"))
+	writeFile(t, filepath.Join(b, "y"), "y")
+}

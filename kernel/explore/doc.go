@@ -12,10 +12,14 @@
 // A run holds these guarantees:
 //
 //   - The command runs in a private mount namespace in which the mount point
-//     itself shows the branch (MNT/@NAME is bound over MNT, over the base
-//     directory, and over each Spec.Binds path), so tools that have the
-//     workspace's path baked in write into the branch. A working directory
-//     inside any of them is the same place in the branch.
+//     itself shows the branch (over MNT, over the base directory, and over
+//     each Spec.Binds path), so tools that have the workspace's path baked
+//     in write into the branch. A working directory inside any of them is
+//     the same place in the branch. On the kernel path (DataPath) the
+//     kernel's overlayfs over the branch's layers shows it, at native
+//     speed, while the daemon holds the branch; on the FUSE path MNT/@NAME
+//     is bound there. A sibling's commit ends a kernel-path run
+//     (Result.Stale).
 //   - Every process the command starts, including those that setsid(),
 //     double-fork or daemonize, ends when the command ends, times out or
 //     loses: the run has a cgroup v2 of its own (ended with cgroup.kill;

@@ -86,6 +86,17 @@ func kernelView(cfg *initConfig) (int, error) {
 	if err != nil {
 		return -1, err
 	}
+	mfd, err := mountLayers(ls)
+	if err != nil {
+		// The FUSE path may take over: the view must take writes.
+		releaseBranch(cfg.View)
+	}
+	return mfd, err
+}
+
+// mountLayers opens and checks the layers the daemon named and makes an
+// overlayfs of them.
+func mountLayers(ls *branch.Layers) (int, error) {
 	dirs := append([]branch.Dir{ls.Upper, ls.Work}, ls.Lower...)
 	paths := make([]string, len(dirs))
 	for i, d := range dirs {
@@ -142,6 +153,16 @@ func holdBranch(view string) (*branch.Layers, error) {
 		return nil, fmt.Errorf("the daemon's layers %q: %v", data, err)
 	}
 	return &ls, nil
+}
+
+// releaseBranch ends this process's hold of the branch whose view is
+// view.
+func releaseBranch(view string) {
+	f, err := os.OpenFile(filepath.Join(view, fs.ControlName), os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err == nil {
+		f.Write([]byte(fs.CmdRelease))
+		f.Close()
+	}
 }
 
 // mountOverlay makes an overlayfs of the layers (directories' paths) with
