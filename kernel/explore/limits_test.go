@@ -132,7 +132,8 @@ func TestLimits(t *testing.T) {
 	res, err = tm.Run(context.Background(), Spec{Args: sh(`while :; do :; done`), Limits: Limits{CPUs: 0.2}, Timeout: 2 * time.Second})
 	must(t, err)
 	t.Logf("spinner with cpus 0.2: %.2f CPU seconds in %.2f s", res.CPUSeconds, res.Duration)
-	if !res.TimedOut || res.CPUSeconds > 0.3*res.Duration+0.1 || res.CPUSeconds < 0.05 {
+	// Unlimited, it would take one CPU; the helper's start counts too.
+	if !res.TimedOut || res.CPUSeconds > 0.5*res.Duration || res.CPUSeconds < 0.05 {
 		t.Errorf("spinner: %.2f CPU seconds in %.2f s: %+v", res.CPUSeconds, res.Duration, res)
 	}
 	// Per candidate, in a pattern and through the CLI.
