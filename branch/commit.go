@@ -60,6 +60,10 @@ type dirMeta struct {
 	Atime  int64             `json:"atime_ns"`
 	Mtime  int64             `json:"mtime_ns"`
 	Xattrs map[string][]byte `json:"xattrs,omitempty"`
+	// Dev and Ino, when set, are the directory the meta is for, as the
+	// commit planned: another put at its name meanwhile gets none of it.
+	Dev uint64 `json:"dev,omitempty"`
+	Ino uint64 `json:"ino,omitempty"`
 }
 
 type op struct {
@@ -433,7 +437,7 @@ func planDir(srcDirs, targetDirs *dirCache, rel string, targetIsDelta bool, j *l
 			targetDir := targetHas && tst.Mode&unix.S_IFMT == unix.S_IFDIR && !(targetIsDelta && isWhiteout(&tst))
 			if targetDir && !opaque {
 				if !targetIsDelta {
-					if err := checkOrigin(sfd, tfd, n, p); err != nil {
+					if err := checkOrigin(sfd, n, p, &tst); err != nil {
 						return err
 					}
 				}
@@ -448,6 +452,10 @@ func planDir(srcDirs, targetDirs *dirCache, rel string, targetIsDelta bool, j *l
 				if err != nil {
 					return err
 				}
+				// Both for the directory planned with (origin, if
+				// known, is the same one).
+				m.Dev, m.Ino = tst.Dev, tst.Ino
+				was.Dev, was.Ino = tst.Dev, tst.Ino
 				later = append(later, op{Kind: opMeta, Dst: p, Meta: m, Old: was})
 				continue
 			}
@@ -467,10 +475,10 @@ func planDir(srcDirs, targetDirs *dirCache, rel string, targetIsDelta bool, j *l
 	return nil
 }
 
-// checkOrigin checks that directory name in the base's directory tfd,
-// path rel, is the one the branch's directory name in sfd was copied from,
-// if it says which (originXattr).
-func checkOrigin(sfd, tfd int, name, rel string) error {
+// checkOrigin checks that the base's directory at path rel (tst, as the
+// plan found it) is the one the branch's directory name in sfd was copied
+// from, if that says which (originXattr).
+func checkOrigin(sfd int, name, rel string, tst *unix.Stat_t) error {
 	fd, err := unix.Openat(sfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -484,11 +492,7 @@ func checkOrigin(sfd, tfd int, name, rel string) error {
 	if !ok || path != rel {
 		return nil // moved in the branch: its name says nothing of its origin
 	}
-	var st unix.Stat_t
-	if err := unix.Fstatat(tfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return err
-	}
-	if st.Dev != dev || st.Ino != ino {
+	if tst.Dev != dev || tst.Ino != ino {
 		return fmt.Errorf("%s: %w", rel, ErrReplaced)
 	}
 	return nil

@@ -94,27 +94,36 @@ func (v *View) ensureDir(rel string) error {
 	}
 	defer unix.Close(pfd)
 	restore := saveTimes(pfd)
+	defer restore()
+	// Owner, mode, times, xattrs and origin all come from the one
+	// directory opened here: where others may rename in the lower layer,
+	// the one e was looked up from may be another by now.
+	src := v.layers[e.Layer]
+	sfd, err := src.open(rel, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(sfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(sfd, &st); err != nil {
+		return err
+	}
 	// Made whole in STORE/tmp and then renamed into place: a crash never
 	// leaves a copy with the wrong owner, mode or xattrs.
 	staged := v.store.tmpName()
-	if err := unix.Mkdir(staged, e.Stat.Mode&07777); err != nil {
+	if err := unix.Mkdir(staged, st.Mode&07777); err != nil {
 		return err
 	}
-	src := v.layers[e.Layer]
-	sfd, err := src.open(rel, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
-	if err == nil {
-		copyXattrs(sfd, unix.AT_FDCWD, staged)
-		if e.Layer == len(v.layers)-1 {
-			// A store without xattrs goes without the check.
-			if origin, err := originOf(sfd, rel); err == nil {
-				unix.Setxattr(staged, originXattr, []byte(origin), 0)
-			}
+	copyXattrs(sfd, unix.AT_FDCWD, staged)
+	if e.Layer == len(v.layers)-1 {
+		// A store without xattrs goes without the check.
+		if origin, err := originOf(sfd, rel); err == nil {
+			unix.Setxattr(staged, originXattr, []byte(origin), 0)
 		}
-		unix.Close(sfd)
 	}
-	err = setOwnerTimes(unix.AT_FDCWD, staged, &e.Stat)
+	err = setOwnerTimes(unix.AT_FDCWD, staged, &st)
 	if err == nil {
-		err = chmodAt(unix.AT_FDCWD, staged, e.Stat.Mode&07777)
+		err = chmodAt(unix.AT_FDCWD, staged, st.Mode&07777)
 	}
 	if err == nil {
 		err = v.store.placeNew("copyup", staged, pfd, name)
@@ -124,7 +133,6 @@ func (v *View) ensureDir(rel string) error {
 	if errors.Is(err, unix.EEXIST) {
 		err = nil // a concurrent copy-up won
 	}
-	restore()
 	v.copiedUp()
 	return err
 }

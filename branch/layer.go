@@ -511,17 +511,27 @@ func (l *layer) setDirMeta(rel string, m *dirMeta) error {
 	if name == "" {
 		name = "."
 	}
-	if err := unix.Fchownat(pfd, name, int(m.Uid), int(m.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil && !errors.Is(err, unix.EPERM) {
-		return err
-	}
-	if err := chmodAt(pfd, name, m.Mode); err != nil {
-		return err
-	}
+	// All through one descriptor, checked to be the directory the
+	// commit planned for (m.Dev, m.Ino) if it knows which: one put at
+	// the name meanwhile must not get the branch's owner and mode.
 	fd, err := unix.Openat(pfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if m.Ino != 0 && (st.Dev != m.Dev || st.Ino != m.Ino) {
+		return fmt.Errorf("%s: %w", rel, ErrReplaced)
+	}
+	if err := unix.Fchownat(fd, "", int(m.Uid), int(m.Gid), unix.AT_EMPTY_PATH); err != nil && !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	if err := unix.Chmod(procPath(fd), m.Mode); err != nil {
+		return err
+	}
 	old, _ := listXattrs(procPath(fd))
 	for _, n := range old {
 		if _, keep := m.Xattrs[n]; !keep && !IsInternalXattr(n) {
@@ -534,7 +544,7 @@ func (l *layer) setDirMeta(rel string, m *dirMeta) error {
 		}
 	}
 	ts := []unix.Timespec{unix.NsecToTimespec(m.Atime), unix.NsecToTimespec(m.Mtime)}
-	return unix.UtimesNanoAt(pfd, name, ts, unix.AT_SYMLINK_NOFOLLOW)
+	return unix.UtimesNanoAt(unix.AT_FDCWD, procPath(fd), ts, 0)
 }
 
 // names lists every name in a layer directory, tombstones included.
