@@ -129,16 +129,47 @@ func Unmount(mnt, store string, waiting func(pid int)) error {
 		data, _ := os.ReadFile(filepath.Join(store, pidFile))
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
 	}
+	conn := fuseConn(mnt)
 	if err := fs.Unmount(mnt, DeadMount(mnt)); err != nil {
 		return err
 	}
-	if pid > 0 && !waitExit(pid, 10*time.Second) {
-		if waiting != nil {
-			waiting(pid)
-		}
-		waitExit(pid, 0)
+	if pid <= 0 || waitExit(pid, 10*time.Second) {
+		return nil
 	}
+	// A copy of the mount in another mount namespace (a run's, or any
+	// process's that unshared its mounts meanwhile) keeps the connection,
+	// and so the daemon, alive. Root ends the connection: the copies then
+	// fail with ENOTCONN and the daemon exits as after an unmount.
+	if conn != "" && os.WriteFile(conn, []byte("1"), 0) == nil && waitExit(pid, 10*time.Second) {
+		return nil
+	}
+	if waiting != nil {
+		waiting(pid)
+	}
+	waitExit(pid, 0)
 	return nil
+}
+
+// fuseConn is the abort file of the FUSE connection mounted at mnt in the
+// fusectl filesystem, named by the mount's device number, or "" where
+// there is none to be had (fusectl not mounted, or not a FUSE mount). The
+// stat takes what the kernel has cached (AT_STATX_DONT_SYNC): asking the
+// daemon would wait for one that does not answer.
+func fuseConn(mnt string) string {
+	var stx unix.Statx_t
+	if unix.Statx(unix.AT_FDCWD, mnt, unix.AT_STATX_DONT_SYNC, 0, &stx) != nil || stx.Dev_major != 0 {
+		return ""
+	}
+	const dir = "/sys/fs/fuse/connections"
+	p := dir + "/" + strconv.FormatUint(uint64(stx.Dev_minor), 10) + "/abort"
+	if _, err := os.Stat(p); err != nil && os.Geteuid() == 0 {
+		// systemd mounts fusectl there; a container may not have.
+		unix.Mount("fusectl", dir, "fusectl", 0, "")
+	}
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
 }
 
 // waitExit waits up to timeout (0: for ever) for process pid to exit and
