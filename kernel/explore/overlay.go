@@ -49,13 +49,6 @@ func ParseDataPath(s string) (DataPath, error) {
 // else its view. It returns the path taken, and why the kernel path was
 // not when auto fell back.
 func mountView(cfg *initConfig) (DataPath, string, error) {
-	// Once MNT is covered, MNT/@NAME no longer resolves: hold the view
-	// open and bind it by descriptor.
-	vfd, err := unix.Open(cfg.View, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return "", "", fmt.Errorf("opening the view %s: %w", cfg.View, err)
-	}
-	defer unix.Close(vfd)
 	fallback := ""
 	if cfg.DataPath != DataPathFUSE {
 		mfd, err := kernelView(cfg)
@@ -68,6 +61,15 @@ func mountView(cfg *initConfig) (DataPath, string, error) {
 		}
 		fallback = err.Error()
 	}
+	// Once MNT is covered, MNT/@NAME no longer resolves: hold the view
+	// open and bind it by descriptor. It is opened only now: a hold the
+	// kernel path gave back dropped the kernel's entry of the view, and a
+	// descriptor of a dropped entry cannot be bound (ENOENT).
+	vfd, err := unix.Open(cfg.View, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", "", fmt.Errorf("opening the view %s: %w", cfg.View, err)
+	}
+	defer unix.Close(vfd)
 	src := fmt.Sprintf("/proc/self/fd/%d", vfd)
 	for _, t := range cfg.Targets {
 		if err := unix.Mount(src, t, "", unix.MS_BIND, ""); err != nil {
