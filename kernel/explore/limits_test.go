@@ -129,7 +129,7 @@ func TestLimits(t *testing.T) {
 	if !slices.Equal(res.LimitsHit, []string{"pids"}) || procs > 20 || procs < 10 {
 		t.Errorf("fork bomb: %d processes, %+v", procs, res)
 	}
-	res, err = tm.Run(context.Background(), Spec{Args: sh(`while :; do :; done`), Limits: Limits{CPUs: 0.2}, Timeout: 2 * time.Second})
+	res, err = tm.Run(context.Background(), Spec{Args: sh(`while :; do :; done`), Limits: Limits{CPUs: 0.2}, Timeout: 4 * time.Second})
 	must(t, err)
 	t.Logf("spinner with cpus 0.2: %.2f CPU seconds in %.2f s", res.CPUSeconds, res.Duration)
 	// Unlimited, it would take one CPU; the helper's start counts too.
