@@ -44,7 +44,7 @@ cover-branch:
 # The benchmark suite of bench/: branchfs against native ext4 and
 # fuse-overlayfs in one run. Needs root; writes bench/results/.
 bench:
-	command -v fuse-overlayfs >/dev/null || (apt-get update -qq && apt-get install -y -qq fuse-overlayfs)
+	command -v fuse-overlayfs >/dev/null && command -v cc >/dev/null || (apt-get update -qq && apt-get install -y -qq fuse-overlayfs gcc)
 	$(GO) run ./bench
 
 # The branch() system call: builds the patched kernel (cached under

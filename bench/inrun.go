@@ -196,7 +196,13 @@ func (b *bench) kernelPathTargets(check func(goal string, ok bool, format string
 	if r, ok := b.find(caseExtract, sysBranch); ok {
 		o, _ := b.find(caseExtract, sysOverlay)
 		won, rounds := fasterRounds(r, o)
+		floor := "no floor measured"
+		if f, ok := b.find(caseExtract, sysFloor); ok {
+			rm, lo, hi := roundRatio(r, f)
+			floor = fmt.Sprintf("%.2fx the FUSE floor (%.1f vs %.1f s; within a round %.2f, 95%% CI %.2f–%.2f)",
+				r.median()/f.median(), r.median(), f.median(), rm, lo, hi)
+		}
 		check("extracting Go's src/ in a branch view faster than fuse-overlayfs in every round", won == rounds,
-			"faster in %d of %d rounds", won, rounds)
+			"faster in %d of %d rounds (%.2fx fuse-overlayfs); %s", won, rounds, r.median()/o.median(), floor)
 	}
 }

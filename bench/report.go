@@ -245,7 +245,8 @@ func (b *bench) writeReport(path, command string, elapsed time.Duration) error {
 		command, commit(), time.Now().UTC().Format("2006-01-02 15:04 UTC"), machine(), fsType(b.work), elapsed.Round(time.Second))
 	fmt.Fprintf(&w, "Every system ran in this one process, on the same files: native ext4 (the work directory itself), "+
 		"the branchfs main view and a branch view (default flags), fuse-overlayfs and the kernel's overlayfs over "+
-		"the same base. Medians, with min and max, of the repetitions listed in "+
+		"the same base, a kernel-path run, and for extraction the cheapest FUSE daemon there can be "+
+		"(bench/floor/fuse-floor.c, which keeps nothing). Medians, with min and max, of the repetitions listed in "+
 		"`bench/workloads.go`.\n\n")
 	fmt.Fprintf(&w, "## Targets\n\n| target | this run | |\n| --- | --- | --- |\n")
 	for _, t := range b.targets() {

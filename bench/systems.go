@@ -79,6 +79,40 @@ func (b *bench) mountOverlayDirs(kernel bool, name, base, upper, work string) st
 	return mnt
 }
 
+// mountFloor mounts the cheapest FUSE daemon there can be
+// (bench/floor/fuse-floor.c: it answers every request and keeps nothing)
+// and returns its mount point and what unmounts it: the floor under any
+// FUSE daemon's extraction here (docs/performance.md, "The floor").
+func (b *bench) mountFloor(name string) (string, func()) {
+	bin := filepath.Join(b.work, "fuse-floor")
+	if _, err := os.Stat(bin); err != nil {
+		if out, err := exec.Command("cc", "-O2", "-Wall", "-pthread", "-o", bin, "bench/floor/fuse-floor.c").CombinedOutput(); err != nil {
+			fail("building bench/floor/fuse-floor.c: %v: %s", err, out)
+		}
+	}
+	mnt := b.dir(name + "-mnt")
+	cmd := exec.Command(bin, "serve", mnt)
+	must(cmd.Start())
+	for !isMounted(mnt, "fuse.fuse-floor") {
+		if cmd.ProcessState != nil {
+			fail("fuse-floor ended before it mounted %s", mnt)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return mnt, func() {
+		if err := unix.Unmount(mnt, 0); err != nil {
+			unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+		cmd.Wait()
+	}
+}
+
+// isMounted says whether a file system of type fstype is mounted at mnt.
+func isMounted(mnt, fstype string) bool {
+	data, _ := os.ReadFile("/proc/self/mounts")
+	return strings.Contains(string(data), " "+mnt+" "+fstype+" ")
+}
+
 func (b *bench) unmount(mnt string) {
 	if err := exec.Command(b.bin, "unmount", mnt).Run(); err != nil {
 		if err := exec.Command("fusermount3", "-u", mnt).Run(); err != nil {
