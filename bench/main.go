@@ -42,7 +42,7 @@ func main() {
 	work, err := os.MkdirTemp("/var/tmp", "branchfs-bench")
 	must(err)
 	os.Chmod(work, 0o755)
-	b := &bench{work: work, quick: *quick, bin: filepath.Join(work, "branchfs")}
+	b := &bench{work: work, quick: *quick, bin: filepath.Join(work, "branchfs"), loadStart: loadAverage()}
 	build := exec.Command("go", "build", "-o", b.bin, "./cmd/branchfs")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build does
 	if out, err := build.CombinedOutput(); err != nil {

@@ -208,6 +208,16 @@ func (b *bench) spread(group, system string, keep func(cas string) bool) (lo, hi
 	return lo, hi, n
 }
 
+// loadAverage is /proc/loadavg's first three figures.
+func loadAverage() string {
+	data, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
 func machine() string {
 	cpu := "unknown CPU"
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
@@ -241,8 +251,11 @@ func commit() string {
 func (b *bench) writeReport(path, command string, elapsed time.Duration) error {
 	var w strings.Builder
 	fmt.Fprintf(&w, "# branchfs benchmark results\n\n")
-	fmt.Fprintf(&w, "- command: `%s`\n- commit: %s\n- date: %s\n- machine: %s\n- work directory filesystem: %s\n- run time: %s\n\n",
+	fmt.Fprintf(&w, "- command: `%s`\n- commit: %s\n- date: %s\n- machine: %s\n- work directory filesystem: %s\n- run time: %s\n",
 		command, commit(), time.Now().UTC().Format("2006-01-02 15:04 UTC"), machine(), fsType(b.work), elapsed.Round(time.Second))
+	// Other work on the machine moves every figure; the run's own load is
+	// about 1.
+	fmt.Fprintf(&w, "- load average (1, 5, 15 min): %s at the start, %s at the end\n\n", b.loadStart, loadAverage())
 	fmt.Fprintf(&w, "Every system ran in this one process, on the same files: native ext4 (the work directory itself), "+
 		"the branchfs main view and a branch view (default flags), fuse-overlayfs and the kernel's overlayfs over "+
 		"the same base, a kernel-path run, and for extraction the cheapest FUSE daemon there can be "+

@@ -21,6 +21,8 @@ type bench struct {
 	mounts  []string
 	quick   bool
 	results []result
+	// loadStart is the load average when the run began (report).
+	loadStart string
 }
 
 func (b *bench) dir(name string) string {
