@@ -10,7 +10,7 @@ have=$(dpkg-query -W -f='${Version}' "$KERNEL_PACKAGE" 2>/dev/null || true)
 [ "$have" = "$KERNEL_PACKAGE_VERSION" ] && [ -f "$KERNEL_TARBALL" ] || need+=("$KERNEL_PACKAGE=$KERNEL_PACKAGE_VERSION")
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 [ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -qx cpio || need+=(busybox-static)
-for tool in ccache flex bison bc cpio gcc make perl xz patch flock; do
+for tool in ccache flex bison bc cpio gcc make perl xz patch flock curl; do
 	command -v "$tool" >/dev/null || need+=("$tool")
 done
 # criu (Debian's 3.17) goes into the guest for the checkpoint tests

@@ -32,6 +32,7 @@ umount /sys/fs/cgroup
 if [ -x /tests/criu-test.sh ]; then
 	echo "== checkpoint and restore"
 	/tests/criu-test.sh
+	[ ! -x /tests/criu-remote-test.sh ] || /tests/criu-remote-test.sh
 fi
 if [ -x /tests/extra ]; then
 	echo "== extra program"

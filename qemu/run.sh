@@ -12,7 +12,9 @@ timeout_s=${BRANCHFS_QEMU_TIMEOUT:-900}
 
 kernel=$("$here/build-kernel.sh")
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# shellcheck source=qemu/s3.sh
+. "$here/s3.sh"
+trap 's3_stop; rm -rf "$work"' EXIT
 root=$work/root
 mkdir -p "$root"/{bin,tests,dev,proc,sys,tmp}
 cp /bin/busybox "$root/bin/busybox"
@@ -22,6 +24,7 @@ cp /bin/busybox "$root/bin/busybox"
 gcc -static -O2 -pthread -Wall -Wno-format-truncation -I"$repo/prototype/include" -o "$root/tests/branch_test" "$repo/prototype/tests/branch_test.c"
 install -m 755 "$here/init.sh" "$root/init"
 "$here/criu.sh" "$root" # checkpoint tests: criu, its libraries, a subject
+s3_start "$root"         # the remote ones: an S3 server the guest reaches
 # Another static program to run in the guest after ours, with /work and
 # /lim mounted as for our tests: BRANCHFS_QEMU_EXTRA=/path/to/program.
 if [ -n "${BRANCHFS_QEMU_EXTRA:-}" ]; then
@@ -56,7 +59,7 @@ mem=1024
 [ "${BRANCHFS_QEMU_DEBUG:-0}" = 0 ] || mem=2048
 [ -z "${BRANCHFS_CRIU_BENCH:-}" ] || mem=3584
 timeout "$timeout_s" qemu-system-x86_64 -accel "$accel" -m $mem -smp 2 \
-	-nographic -no-reboot -kernel "$kernel" -initrd "$work/initramfs.gz" \
+	-nographic -no-reboot -kernel "$kernel" -initrd "$work/initramfs.gz" -nic user,model=e1000 \
 	-append "console=ttyS0 panic=-1 quiet" </dev/null | stdbuf -oL tr -d '\r' > "$work/console.log"
 qrc=${PIPESTATUS[0]}
 set -e
@@ -72,7 +75,8 @@ partial_failure signals_during_create names_copied_once confined_view caller_kil
 no_fence_more_control fs_rebase traced_fork_events pidfds_and_attr limits view_locked winner_after_commit nproc_unprivileged perf_fork_records unstarted_child gate_cgroup_kill trace_fork_event nproc_fs_unprivileged
 control_file_identified name_limits commit_threads_fds daemon_stopped gate_freeze gate_oom TestAvailable TestBranchFromGo TestLimits TestLimitsBadInput
 criu_available criu_kdat_cached criu_checkpoint criu_clones_1 criu_clones_3 criu_clones_8 criu_unnoticed criu_generation_ids
-criu_fail_all criu_commit_race criu_incremental criu_incremental_anon criu_lazy_restore criu_lazy_prefetch"
+criu_fail_all criu_commit_race criu_incremental criu_incremental_anon criu_lazy_restore criu_lazy_prefetch
+criu_remote_checkpoint criu_remote_restore criu_remote_lazy criu_remote_lazy_prefetch"
 results=$work/results
 awk '
 /^== go binding/ { sec = "go"; next }

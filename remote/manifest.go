@@ -31,6 +31,23 @@ type Manifest struct {
 	// Entries in the order of branch.Delta: a directory before what it
 	// holds.
 	Entries []Entry `json:"entries"`
+	// Checkpoint is the branch's latest checkpoint image, when it has one.
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+}
+
+// Checkpoint is a checkpoint image: its record and its files (CRIU's
+// images; pages-*.img hold the memory).
+type Checkpoint struct {
+	Image branch.ImageMeta `json:"image"`
+	Files []ImageFile      `json:"files"`
+}
+
+// ImageFile is one file of a checkpoint image.
+type ImageFile struct {
+	Name   string  `json:"name"`
+	Size   int64   `json:"size"`
+	SHA256 string  `json:"sha256"`
+	Chunks []Chunk `json:"chunks,omitempty"`
 }
 
 // Entry is one path of the delta.
@@ -187,6 +204,18 @@ func (m *Manifest) check() error {
 			dirs[e.Path] = true
 		}
 	}
+	if c := m.Checkpoint; c != nil {
+		names := map[string]bool{}
+		for _, f := range c.Files {
+			if f.Name == "" || f.Name == "." || f.Name == ".." || strings.ContainsAny(f.Name, "/\x00") || names[f.Name] {
+				return fmt.Errorf("checkpoint file %q", f.Name)
+			}
+			names[f.Name] = true
+			if err := checkChunks(f.Chunks, f.Size); err != nil {
+				return fmt.Errorf("checkpoint file %s: %w", f.Name, err)
+			}
+		}
+	}
 	return nil
 }
 
@@ -239,8 +268,16 @@ func (e *Entry) check() error {
 			return fmt.Errorf("xattr %q", n)
 		}
 	}
+	if e.Type != "file" {
+		return checkChunks(e.Chunks, 0)
+	}
+	return checkChunks(e.Chunks, e.Size)
+}
+
+// checkChunks makes sure chunks are well named and make size bytes.
+func checkChunks(chunks []Chunk, size int64) error {
 	var sum int64
-	for _, c := range e.Chunks {
+	for _, c := range chunks {
 		if b, err := hex.DecodeString(c.Hash); err != nil || len(b) != 32 {
 			return fmt.Errorf("bad chunk name %q", c.Hash)
 		}
@@ -249,8 +286,8 @@ func (e *Entry) check() error {
 		}
 		sum += c.Size
 	}
-	if e.Type == "file" && sum != e.Size || e.Type != "file" && len(e.Chunks) > 0 {
-		return fmt.Errorf("chunks of %d bytes for %d", sum, e.Size)
+	if sum != size {
+		return fmt.Errorf("chunks of %d bytes for %d", sum, size)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,14 @@ type Source struct {
 	View         string             // the branch's view, MNT/@NAME
 	ParentView   string             // its parent's view
 	Items        []branch.DeltaItem // its delta (branch.Store.Delta)
+	// Image is the branch's checkpoint image to push with it, if any.
+	Image *Image
+}
+
+// Image is a checkpoint image on this host: its record and directory.
+type Image struct {
+	Meta branch.ImageMeta
+	Dir  string
 }
 
 // Options tune a push or a pull.
@@ -96,11 +105,32 @@ func Push(ctx context.Context, b *Bucket, loc Location, src Source, o Options) (
 	if err != nil {
 		return nil, nil, err
 	}
+	var images []os.DirEntry
+	if src.Image != nil {
+		if src.Image.Meta.Parent != 0 {
+			return nil, nil, fmt.Errorf("checkpoint %d of %s holds only the changes since checkpoint %d: push a full checkpoint", src.Image.Meta.Gen, src.Name, src.Image.Meta.Parent)
+		}
+		ents, err := os.ReadDir(src.Image.Dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, e := range ents {
+			if e.Type().IsRegular() {
+				images = append(images, e)
+			}
+		}
+		m.Checkpoint = &Checkpoint{Image: src.Image.Meta, Files: make([]ImageFile, len(images))}
+	}
 	bar := newProgress(o.Progress, "push "+src.Name)
 	defer bar.end()
 	st := &Stats{Paths: len(m.Entries)}
 	for _, e := range m.Entries {
 		bar.total.Add(e.Size)
+	}
+	for _, e := range images {
+		if fi, err := e.Info(); err == nil {
+			bar.total.Add(fi.Size())
+		}
 	}
 	up := newUploader(ctx, b, loc, o.jobs())
 	err = parallel(up.ctx, len(m.Entries), o.jobs(), func(ctx context.Context, i int) error {
@@ -118,6 +148,22 @@ func Push(ctx context.Context, b *Bucket, loc Location, src Source, o Options) (
 			}
 		}
 	})
+	if err == nil && len(images) > 0 {
+		err = parallel(up.ctx, len(images), o.jobs(), func(ctx context.Context, i int) error {
+			f, err := os.Open(filepath.Join(src.Image.Dir, images[i].Name()))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			im := &m.Checkpoint.Files[i]
+			im.Name = images[i].Name()
+			im.Chunks, im.SHA256, im.Size, err = pushStream(ctx, f, up, bar)
+			if err != nil {
+				return fmt.Errorf("reading %s: %w", f.Name(), err)
+			}
+			return nil
+		})
+	}
 	if werr := up.wait(); err == nil {
 		err = werr
 	}
@@ -126,6 +172,11 @@ func Push(ctx context.Context, b *Bucket, loc Location, src Source, o Options) (
 	}
 	for _, e := range m.Entries {
 		st.Bytes += e.Size
+	}
+	if m.Checkpoint != nil {
+		for _, f := range m.Checkpoint.Files {
+			st.Bytes += f.Size
+		}
 	}
 	st.Chunks, st.Stored = len(up.seen), int(up.stored.Load())
 	data, err := encodeManifest(m)
@@ -158,7 +209,25 @@ func pushFile(ctx context.Context, v *view, e *Entry, up *uploader, bar *progres
 	if before.Size != e.Size || before.Mtim != unix.NsecToTimespec(e.Mtime) {
 		return errChanged
 	}
-	c := newChunker(f)
+	chunks, sum, size, err := pushStream(ctx, f, up, bar)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", e.Path, err)
+	}
+	if err := unix.Fstat(int(f.Fd()), &after); err != nil {
+		return err
+	}
+	if after.Size != size || after.Mtim != before.Mtim || after.Ctim != before.Ctim {
+		bar.add(-size)
+		return errChanged
+	}
+	e.Chunks, e.SHA256 = chunks, sum
+	return nil
+}
+
+// pushStream cuts r into chunks, hands each to the uploader and returns
+// them with the SHA-256 and size of the whole.
+func pushStream(ctx context.Context, r io.Reader, up *uploader, bar *progress) ([]Chunk, string, int64, error) {
+	c := newChunker(r)
 	defer c.close()
 	whole := sha256.New()
 	var chunks []Chunk
@@ -169,10 +238,10 @@ func pushFile(ctx context.Context, v *view, e *Entry, up *uploader, bar *progres
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("reading %s: %w", e.Path, err)
+			return nil, "", 0, err
 		}
 		if ctx.Err() != nil {
-			return context.Cause(ctx)
+			return nil, "", 0, context.Cause(ctx)
 		}
 		whole.Write(data)
 		h := hashOf(data)
@@ -181,15 +250,7 @@ func pushFile(ctx context.Context, v *view, e *Entry, up *uploader, bar *progres
 		up.add(h, data)
 		bar.add(int64(len(data)))
 	}
-	if err := unix.Fstat(int(f.Fd()), &after); err != nil {
-		return err
-	}
-	if after.Size != size || after.Mtim != before.Mtim || after.Ctim != before.Ctim {
-		bar.add(-size)
-		return errChanged
-	}
-	e.Chunks, e.SHA256 = chunks, hex.EncodeToString(whole.Sum(nil))
-	return nil
+	return chunks, hex.EncodeToString(whole.Sum(nil)), size, nil
 }
 
 // uploader sends each chunk it is given once, unless the bucket has it,

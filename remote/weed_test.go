@@ -2,7 +2,9 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 )
 
 // The tests run against SeaweedFS (weed server -s3), started on loopback
@@ -63,10 +66,11 @@ func weedBinary(t testing.TB) string {
 }
 
 // weed is a SeaweedFS server with its master, volume server, filer and S3
-// gateway in one process, on loopback ports, with one identity.
+// gateway in one process, on loopback ports (scripts/seaweedfs.sh serve),
+// with one identity.
 type weed struct {
 	bin, dir string
-	ports    []int
+	port     int // S3's; the others follow it
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	Endpoint string
@@ -82,22 +86,13 @@ func startWeed(t testing.TB) *weed {
 
 func newWeed(t testing.TB) *weed {
 	bin := weedBinary(t)
-	// Outside /tmp: the server runs with a private /tmp (start).
+	// Outside /tmp: the server runs with a private /tmp.
 	dir, err := os.MkdirTemp("/var/tmp", "branchfs-weed-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &weed{bin: bin, dir: dir, ports: freePorts(t, 8)}
-	w.Endpoint = "http://127.0.0.1:" + strconv.Itoa(w.ports[6])
-	conf := `{"identities":[{"name":"test","credentials":[{"accessKey":"` + testKey + `","secretKey":"` + testSecret + `"}],"actions":["Admin","Read","Write","List","Tagging"]}]}`
-	for _, d := range []string{"data", "log"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "s3.json"), []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	w := &weed{bin: bin, dir: dir, port: freePortRun(t, 8)}
+	w.Endpoint = "http://127.0.0.1:" + strconv.Itoa(w.port)
 	if err := w.start(); err != nil {
 		w.stop()
 		t.Fatal(err)
@@ -105,23 +100,14 @@ func newWeed(t testing.TB) *weed {
 	return w
 }
 
-// start runs weed and waits until its S3 gateway answers. SeaweedFS puts
-// its gRPC sockets at fixed names in /tmp, where any user could make them
-// first: it gets a /tmp of its own (a mount namespace with a tmpfs there).
+// start runs the server and waits until its S3 gateway answers.
 func (w *weed) start() error {
-	p := func(i int) string { return strconv.Itoa(w.ports[i]) }
-	args := []string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c",
-		`mount -t tmpfs -o mode=0700,size=16m weed-tmp /tmp && exec "$0" "$@"`, w.bin,
-		"-logdir=" + filepath.Join(w.dir, "log"), "server",
-		"-dir=" + filepath.Join(w.dir, "data"), "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-		"-master.port=" + p(0), "-master.port.grpc=" + p(1), "-master.telemetry=false", "-master.volumeSizeLimitMB=128",
-		"-volume.port=" + p(2), "-volume.max=256", "-volume.port.grpc=" + p(3),
-		"-filer.port=" + p(4), "-filer.port.grpc=" + p(5), "-filer.localSocket=/tmp/filer.sock",
-		"-s3", "-s3.port=" + p(6), "-s3.port.grpc=" + p(7), "-s3.port.iceberg=0", "-s3.port.lance=0",
-		"-s3.localSocket=/tmp/s3.sock", "-s3.config=" + filepath.Join(w.dir, "s3.json"),
+	w.cmd = exec.Command("../scripts/seaweedfs.sh", "serve", w.dir, strconv.Itoa(w.port), testKey, testSecret)
+	w.cmd.Env = append(os.Environ(), "BRANCHFS_WEED="+w.bin)
+	if err := os.MkdirAll(filepath.Join(w.dir, "log"), 0o700); err != nil {
+		return err
 	}
-	w.cmd = exec.Command("unshare", args...)
-	out, err := os.Create(filepath.Join(w.dir, "log", "weed.out"))
+	out, err := os.OpenFile(filepath.Join(w.dir, "log", "weed.out"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
@@ -133,11 +119,18 @@ func (w *weed) start() error {
 	}
 	w.exited = make(chan struct{})
 	go func() { w.cmd.Wait(); close(w.exited) }()
+	// Ready once it stores an object: after a restart its gateway
+	// answers listings before its volumes take writes again.
 	c := w.client()
 	deadline := time.Now().Add(2 * time.Minute)
+	probe := "branchfs-weed-ready"
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := c.ListBuckets(ctx, &s3.ListBucketsInput{})
+		_, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &probe})
+		var owned *types.BucketAlreadyOwnedByYou
+		if err == nil || errors.As(err, &owned) {
+			_, err = c.PutObject(ctx, &s3.PutObjectInput{Bucket: &probe, Key: &probe, Body: strings.NewReader("ready")})
+		}
 		cancel()
 		if err == nil {
 			return nil
@@ -242,6 +235,31 @@ func freePorts(t testing.TB, n int) []int {
 		l.Close()
 	}
 	return ports
+}
+
+// freePortRun finds n consecutive ports on loopback that nothing listens
+// on, and returns the first.
+func freePortRun(t testing.TB, n int) int {
+	t.Helper()
+	for range 100 {
+		base := 20000 + rand.IntN(40000)
+		var ls []net.Listener
+		for p := base; p < base+n; p++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if err != nil {
+				break
+			}
+			ls = append(ls, l)
+		}
+		for _, l := range ls {
+			l.Close()
+		}
+		if len(ls) == n {
+			return base
+		}
+	}
+	t.Fatalf("no %d free ports in a row", n)
+	return 0
 }
 
 func lastLines(s string, n int) string {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,11 +9,12 @@ import (
 	"strconv"
 
 	"github.com/branchfs/branchfs/kernel/checkpoint"
+	"github.com/branchfs/branchfs/remote"
 	"github.com/spf13/cobra"
 )
 
 func checkpointCmd() *cobra.Command {
-	var runID string
+	var runID, to string
 	var leaveRunning, incremental, asJSON bool
 	c := &cobra.Command{
 		Use:   "checkpoint NAME MNT (PID | --run-id ID)",
@@ -23,9 +25,12 @@ the branch. From then on the branch's files are frozen as the checkpoint's (a ch
 holds them). The tree is killed unless --leave-running. --incremental stores only the pages changed since
 the previous checkpoint (which must have left the tree running): those the kernel's soft-dirty bits mark,
 or, where the kernel has none, those that differ from the previous image (the pagemap's anonymous pages,
-compared); everything when there is no previous checkpoint. The output says which tier ran. Needs a CRIU that passes ` + "`criu check`" + `.`,
+compared); everything when there is no previous checkpoint. The output says which tier ran. Needs a CRIU that passes ` + "`criu check`" + `.
+--to URL then pushes the branch with its checkpoint to URL (as push does), for restore --from on another
+host; it needs a full checkpoint (not --incremental).` + remoteEnv,
 		Example: `  branchfs run --branch job /mnt/p -- ./long-job.sh &
-  branchfs checkpoint job /mnt/p --run-id job --leave-running`,
+  branchfs checkpoint job /mnt/p --run-id job --leave-running
+  branchfs checkpoint job /mnt/p --run-id job --to s3://bucket/jobs/`,
 		Args: cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
@@ -51,18 +56,41 @@ compared); everything when there is no previous checkpoint. The output says whic
 			if _, err := checkpoint.Available(); err != nil {
 				return fmt.Errorf("checkpoint: %w", err)
 			}
+			var dest *remoteDest
+			if to != "" {
+				if incremental {
+					return errors.New("checkpoint: --to needs a full checkpoint, not --incremental")
+				}
+				// The bucket is checked before the dump, which may not
+				// leave the tree running.
+				if dest, err = openRemote(context.Background(), to, name); err != nil {
+					return fmt.Errorf("checkpoint %s: %w", name, err)
+				}
+			}
 			meta, err := checkpoint.Checkpoint(m, name, o)
 			if err != nil {
 				return fmt.Errorf("checkpoint %s: %w", name, err)
 			}
+			if !asJSON {
+				fmt.Printf("checkpoint %d of %s: tier %s, %d pages, %d bytes of images\n", meta.Gen, name, meta.Tier, meta.Pages, meta.Bytes)
+			}
+			var pushed *remote.Stats
+			if dest != nil {
+				if pushed, err = dest.push(m.View(name), name, remote.Options{Progress: terminal()}); err != nil {
+					return fmt.Errorf("checkpoint %s: kept here, but the push to %s failed: %w (%s is as it was)", name, dest.loc, err, dest.loc)
+				}
+				if !asJSON {
+					fmt.Printf("pushed %s with checkpoint %d to %s: %s, sent %s\n", name, meta.Gen, dest.loc, remote.BytesOf(pushed.Bytes), remote.BytesOf(pushed.Sent))
+				}
+			}
 			if asJSON {
 				return json.NewEncoder(os.Stdout).Encode(meta)
 			}
-			fmt.Printf("checkpoint %d of %s: tier %s, %d pages, %d bytes of images\n", meta.Gen, name, meta.Tier, meta.Pages, meta.Bytes)
 			return nil
 		},
 	}
 	c.Flags().StringVar(&runID, "run-id", "", "checkpoint the command of the run in this branch")
+	c.Flags().StringVar(&to, "to", "", "then push the branch and its checkpoint to this s3://BUCKET/KEY")
 	c.Flags().BoolVar(&leaveRunning, "leave-running", false, "leave the tree running after the dump")
 	c.Flags().BoolVar(&incremental, "incremental", false, "dump only the pages written since the previous checkpoint")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the image's record as JSON")

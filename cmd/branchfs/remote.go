@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/branchfs/branchfs/branch"
 	"github.com/branchfs/branchfs/fs"
+	"github.com/branchfs/branchfs/kernel/checkpoint"
+	"github.com/branchfs/branchfs/kernel/explore"
 	"github.com/branchfs/branchfs/remote"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -38,9 +41,10 @@ s3://BUCKET/KEY (s3://BUCKET/DIR/ stores it at DIR/NAME): its files, deletions, 
 modes, owners, times and xattrs, as chunks named by their content, which every branch pushed under the
 same directory shares (a push sends only the chunks the bucket lacks), and a manifest, written last. The
 manifest also records what the branch's parent showed at each path the branch changed, which pull checks.
-A push that stops (an error, a dropped connection, Ctrl-C) leaves the manifest at URL as it was; run it
-again to go on: the chunks already sent are not sent again. The branch is read through its view while it
-may change: stop writing to it for a consistent copy (a checkpoint freezes it).` + remoteEnv,
+A branch with a checkpoint whose files it still holds (see checkpoint) is pushed with the checkpoint's
+image, for restore --from. A push that stops (an error, a dropped connection, Ctrl-C) leaves the manifest
+at URL as it was; run it again to go on: the chunks already sent are not sent again. The branch is read
+through its view while it may change: stop writing to it for a consistent copy (a checkpoint freezes it).` + remoteEnv,
 		Example: `  branchfs push /mnt/p/@try1 s3://team-bucket/project/try1
   AWS_ENDPOINT_URL=http://127.0.0.1:8333 branchfs push try1 s3://local/branches/`,
 		Args: cobra.ExactArgs(2),
@@ -49,40 +53,24 @@ may change: stop writing to it for a consistent copy (a checkpoint freezes it).`
 			if err != nil {
 				return err
 			}
-			loc, err := remote.ParseURL(args[1])
-			if err != nil {
-				return fmt.Errorf("push: %w", err)
-			}
-			loc = loc.Under(name)
-			src := remote.Source{Name: name, View: view}
-			data, err := control(view, fs.CmdDelta)
-			if err != nil {
-				return explain("push", name, err)
-			}
-			if err := json.Unmarshal(data, &src.Items); err != nil {
-				return fmt.Errorf("push %s: %w", name, err)
-			}
-			if src.Parent, src.ParentView, err = parentOf(view, name); err != nil {
-				return fmt.Errorf("push %s: %w", name, err)
-			}
 			ctx, stop := interruptible()
-			b, err := remote.Connect(ctx, loc.Bucket)
+			d, err := openRemote(ctx, args[1], name)
 			if err != nil {
 				stop()
 				return fmt.Errorf("push %s: %w", name, err)
 			}
-			m, st, err := remote.Push(ctx, b, loc, src, remote.Options{Jobs: jobs, Progress: terminal()})
+			st, err := d.push(view, name, remote.Options{Jobs: jobs, Progress: terminal()})
 			if sig := stop(); sig != 0 {
-				fmt.Fprintf(os.Stderr, "branchfs: push %s interrupted; %s is as it was (push again to go on)\n", name, loc)
+				fmt.Fprintf(os.Stderr, "branchfs: push %s interrupted; %s is as it was (push again to go on)\n", name, d.loc)
 				return exitStatus(sig)
 			}
 			if err != nil {
-				return fmt.Errorf("push %s to %s: %w (%s is as it was)", name, loc, err, loc)
+				return fmt.Errorf("push %s to %s: %w (%s is as it was)", name, d.loc, err, d.loc)
 			}
 			if asJSON {
-				return json.NewEncoder(os.Stdout).Encode(map[string]any{"url": loc.String(), "stats": st, "entries": len(m.Entries)})
+				return json.NewEncoder(os.Stdout).Encode(map[string]any{"url": d.loc.String(), "stats": st})
 			}
-			fmt.Printf("pushed %s to %s: %d paths, %s in %d chunks; sent %d chunks, %s\n", name, loc, st.Paths,
+			fmt.Printf("pushed %s to %s: %d paths, %s in %d chunks; sent %d chunks, %s\n", name, d.loc, st.Paths,
 				remote.BytesOf(st.Bytes), st.Chunks, st.Stored, remote.BytesOf(st.Sent))
 			return nil
 		},
@@ -90,6 +78,139 @@ may change: stop writing to it for a consistent copy (a checkpoint freezes it).`
 	c.Flags().IntVarP(&jobs, "jobs", "j", remote.DefaultJobs, "requests to keep in flight")
 	c.Flags().BoolVar(&asJSON, "json", false, "print what was sent as JSON")
 	return c
+}
+
+// remoteDest is where a push goes: a manifest's place, and its bucket.
+type remoteDest struct {
+	ctx context.Context
+	loc remote.Location
+	b   *remote.Bucket
+}
+
+// openRemote connects to the bucket of url, where branch name goes.
+func openRemote(ctx context.Context, url, name string) (*remoteDest, error) {
+	loc, err := remote.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	b, err := remote.Connect(ctx, loc.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	return &remoteDest{ctx, loc.Under(name), b}, nil
+}
+
+// push pushes the branch name whose view is view, with its checkpoint
+// when it has one whose files it still holds.
+func (d *remoteDest) push(view, name string, o remote.Options) (*remote.Stats, error) {
+	src := remote.Source{Name: name, View: view}
+	data, err := control(view, fs.CmdDelta)
+	if err != nil {
+		return nil, explain("delta", name, err)
+	}
+	if err := json.Unmarshal(data, &src.Items); err != nil {
+		return nil, err
+	}
+	if src.Parent, src.ParentView, err = parentOf(view, name); err != nil {
+		return nil, err
+	}
+	if src.Image, err = pushableImage(filepath.Dir(view), name); err != nil {
+		return nil, err
+	}
+	_, st, err := remote.Push(d.ctx, d.b, d.loc, src, o)
+	return st, err
+}
+
+// pushableImage is the latest checkpoint of branch name on the mount at
+// mnt while its hold keeps the files it was made with, or nil.
+func pushableImage(mnt, name string) (*remote.Image, error) {
+	m, err := explore.Open(mnt)
+	if err != nil {
+		return nil, err
+	}
+	store, err := m.Store()
+	if err != nil {
+		return nil, nil // not ours to read: the branch goes alone
+	}
+	meta, dir, err := branch.LatestImage(store, name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if hi, err := m.Info(meta.Hold); err != nil || hi.State != branch.Live.String() {
+		return nil, nil // the branch changed since: the image is not of its files
+	}
+	return &remote.Image{Meta: meta, Dir: dir}, nil
+}
+
+// restoreSource readies the checkpoint pushed to url for a restore into
+// branch name of the mount m (at mnt): pulls the branch if the mount has
+// none, makes its hold, and fetches the image into the store's staging
+// place, which cleanup removes.
+func restoreSource(ctx context.Context, m *explore.Mount, name, mnt, url string, lazy bool, jobs int) (*checkpoint.Source, func(), error) {
+	nothing := func() {}
+	loc, err := remote.ParseURL(url)
+	if err != nil {
+		return nil, nothing, err
+	}
+	b, err := remote.Connect(ctx, loc.Bucket)
+	if err != nil {
+		return nil, nothing, err
+	}
+	man, err := remote.Fetch(ctx, b, loc)
+	if err != nil {
+		return nil, nothing, err
+	}
+	if man.Checkpoint == nil {
+		return nil, nothing, fmt.Errorf("%s holds a branch without a checkpoint", loc)
+	}
+	o := remote.Options{Jobs: jobs, Progress: terminal()}
+	if _, err := m.Info(name); err != nil {
+		root, err := mountPoint(mnt)
+		if err != nil {
+			return nil, nothing, err
+		}
+		if _, err := remote.Pull(ctx, b, loc, man, pullTarget(root, branch.MainName, name), o); err != nil {
+			return nil, nothing, fmt.Errorf("pulling the branch: %w", err)
+		}
+	}
+	hold := checkpoint.HoldName(name)
+	if hi, err := m.Info(hold); err != nil || hi.State != branch.Live.String() {
+		if err == nil {
+			m.Abort(hold, true)
+		}
+		if _, err := m.Create(name, hold); err != nil {
+			return nil, nothing, fmt.Errorf("freezing the files of %s: %w", name, err)
+		}
+	}
+	store, err := m.Store()
+	if err != nil {
+		return nil, nothing, err
+	}
+	dir, err := branch.StageImage(store, name)
+	if err != nil {
+		return nil, nothing, err
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	if _, err := remote.FetchImage(ctx, b, loc, man, dir, lazy, o); err != nil {
+		return nil, cleanup, fmt.Errorf("fetching the checkpoint: %w", err)
+	}
+	meta := man.Checkpoint.Image
+	meta.Branch, meta.Hold = name, hold
+	src := &checkpoint.Source{Meta: meta, Dir: dir, Jobs: o.Jobs}
+	if lazy {
+		if src.WorkingSet, err = remote.WorkingSet(ctx, b, loc, man); err != nil {
+			return nil, cleanup, err
+		}
+		cache := remote.NewBlockCache(256 << 20)
+		src.Pages = func(name string) (checkpoint.PagesFile, error) {
+			return remote.OpenImageFile(ctx, b, loc, man, name, cache)
+		}
+		src.SaveWorkingSet = func(data []byte) error { return remote.SaveWorkingSet(ctx, b, loc, man, data) }
+	}
+	return src, cleanup, nil
 }
 
 func pullCmd() *cobra.Command {
@@ -118,12 +239,10 @@ the branch it made.` + remoteEnv,
 			if err != nil {
 				return fmt.Errorf("pull: %w", err)
 			}
-			parentView := mnt
 			if parent != branch.MainName {
 				if err := branch.ValidateName(parent); err != nil {
 					return fmt.Errorf("pull: --parent: %w", err)
 				}
-				parentView = filepath.Join(mnt, fs.BranchPrefix+parent)
 			}
 			if as != "" {
 				if err := branch.ValidateName(as); err != nil {
@@ -145,26 +264,7 @@ the branch it made.` + remoteEnv,
 			if name == "" {
 				name = m.Branch
 			}
-			t := remote.Target{
-				ParentView: parentView,
-				Create: func() (string, error) {
-					if _, err := control(parentView, fs.CmdCreate+":"+fs.QuoteArg(name)); err != nil {
-						if errors.Is(err, os.ErrNotExist) {
-							return "", fmt.Errorf("no branch %s under %s", parent, mnt)
-						}
-						if errors.Is(err, syscall.EEXIST) {
-							return "", fmt.Errorf("a branch %s exists on %s (pull --as NAME names it otherwise)", name, mnt)
-						}
-						return "", explain("create", name, err)
-					}
-					return filepath.Join(mnt, fs.BranchPrefix+name), nil
-				},
-				Abort: func() error {
-					_, err := control(filepath.Join(mnt, fs.BranchPrefix+name), fs.CmdAbort)
-					return err
-				},
-			}
-			st, err := remote.Pull(ctx, b, loc, m, t, remote.Options{Jobs: jobs, Force: force, Progress: terminal()})
+			st, err := remote.Pull(ctx, b, loc, m, pullTarget(mnt, parent, name), remote.Options{Jobs: jobs, Force: force, Progress: terminal()})
 			if sig := stop(); sig != 0 {
 				fmt.Fprintf(os.Stderr, "branchfs: pull %s interrupted; no branch was made\n", loc)
 				return exitStatus(sig)
@@ -186,6 +286,34 @@ the branch it made.` + remoteEnv,
 	c.Flags().IntVarP(&jobs, "jobs", "j", remote.DefaultJobs, "requests to keep in flight")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the new view and what was received as JSON")
 	return c
+}
+
+// pullTarget makes branch name a child of parent on the mount at mnt,
+// through the control file.
+func pullTarget(mnt, parent, name string) remote.Target {
+	parentView := mnt
+	if parent != branch.MainName {
+		parentView = filepath.Join(mnt, fs.BranchPrefix+parent)
+	}
+	return remote.Target{
+		ParentView: parentView,
+		Create: func() (string, error) {
+			if _, err := control(parentView, fs.CmdCreate+":"+fs.QuoteArg(name)); err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					return "", fmt.Errorf("no branch %s under %s", parent, mnt)
+				}
+				if errors.Is(err, syscall.EEXIST) {
+					return "", fmt.Errorf("a branch %s exists on %s (pull --as NAME names it otherwise)", name, mnt)
+				}
+				return "", explain("create", name, err)
+			}
+			return filepath.Join(mnt, fs.BranchPrefix+name), nil
+		},
+		Abort: func() error {
+			_, err := control(filepath.Join(mnt, fs.BranchPrefix+name), fs.CmdAbort)
+			return err
+		},
+	}
 }
 
 // branchArg finds the view of a branch named by a path in it (MNT/@NAME),

@@ -6,11 +6,13 @@ import (
 	"os"
 
 	"github.com/branchfs/branchfs/kernel/checkpoint"
+	"github.com/branchfs/branchfs/remote"
 	"github.com/spf13/cobra"
 )
 
 func restoreCmd() *cobra.Command {
-	var clones int
+	var clones, jobs int
+	var from string
 	var keep, lazy, asJSON bool
 	c := &cobra.Command{
 		Use:   "restore NAME MNT --clones N",
@@ -22,9 +24,15 @@ reads its generation id in ` + checkpoint.CloneDir + `/id. branchfs restore then
 commits into NAME and the others are killed and aborted (--keep leaves every clone's branch).
 --lazy restores memory on demand (CRIU's lazy pages, served by branchfs): the first lazy restore of a
 checkpoint records the pages its clones fault in (the working set, kept with the checkpoint), and later
-ones copy that set in before the clones run.`,
-		Example: `  branchfs restore job /mnt/p --clones 4`,
-		Args:    cobra.ExactArgs(2),
+ones copy that set in before the clones run.
+--from URL restores the checkpoint pushed to URL (checkpoint --to, or push of a checkpointed branch) on
+this host: the branch is pulled as NAME first if the mount has none (see pull), and the image is
+downloaded in parallel, or, with --lazy, all but its memory, which the clones fault in by ranged GETs
+from the bucket, one fetch for all clones; the working set the first lazy restore records is kept in
+the bucket, where the next one, on any host, finds it and fetches it before the clones run.` + remoteEnv,
+		Example: `  branchfs restore job /mnt/p --clones 4
+  branchfs restore job /mnt/p --clones 4 --lazy --from s3://bucket/jobs/job`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if clones < 1 {
 				return fmt.Errorf("restore: --clones must be at least 1")
@@ -37,7 +45,17 @@ ones copy that set in before the clones run.`,
 				return fmt.Errorf("restore: %w", err)
 			}
 			ctx, stop := interruptible()
-			o := checkpoint.RestoreOptions{Clones: clones, Keep: keep, Lazy: lazy, Restored: func(cs []*checkpoint.Clone) {
+			var source *checkpoint.Source
+			if from != "" {
+				src, cleanup, err := restoreSource(ctx, m, args[0], args[1], from, lazy, jobs)
+				defer cleanup()
+				if err != nil {
+					stop()
+					return fmt.Errorf("restore %s: %w", args[0], err)
+				}
+				source = src
+			}
+			o := checkpoint.RestoreOptions{Clones: clones, Keep: keep, Lazy: lazy, From: source, Restored: func(cs []*checkpoint.Clone) {
 				if !asJSON {
 					for _, c := range cs {
 						fmt.Printf("restored clone %d in branch %s (pid %d, id %s, %.1f ms)\n", c.Index, c.Branch, c.PID, c.ID, c.RestoreMS)
@@ -78,6 +96,8 @@ ones copy that set in before the clones run.`,
 	}
 	c.Flags().IntVar(&clones, "clones", 1, "how many clones to restore")
 	c.Flags().BoolVar(&lazy, "lazy", false, "restore memory on demand, prefetching the recorded working set")
+	c.Flags().StringVar(&from, "from", "", "restore the checkpoint pushed to this s3://BUCKET/KEY")
+	c.Flags().IntVarP(&jobs, "jobs", "j", remote.DefaultJobs, "with --from: requests to keep in flight")
 	c.Flags().BoolVar(&keep, "keep", false, "leave every clone's branch when the clones end")
 	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON record of the restore")
 	return c

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +46,10 @@ type cloneConfig struct {
 	Lazy   bool   `json:"lazy,omitempty"`
 	Pages  string `json:"pages,omitempty"`
 	Record bool   `json:"record,omitempty"`
+	// PageSocket, when set, is where Restore serves the pages itself
+	// (an image kept elsewhere, Source): the lazy-pages daemon gets a
+	// connection to it instead of a page server in the starter.
+	PageSocket string `json:"page_socket,omitempty"`
 }
 
 // The starter's report on its stdout, one line: "ok PID MS" once the tree
@@ -137,15 +142,34 @@ func cloneMain(raw string) {
 
 // startLazyPages starts CRIU's lazy-pages daemon in work (where the
 // restorer finds its socket) with our page server on the other end of a
-// socket pair, and returns once the daemon listens. The channel gets the
-// page server's end: after the daemon closed the session, the working
-// set is saved (cfg.Record) in the image.
+// socket pair (or Restore's, at cfg.PageSocket), and returns once the
+// daemon listens. The channel gets the page server's end: after the
+// daemon closed the session, the working set is saved (cfg.Record) in
+// the image.
 func startLazyPages(cfg cloneConfig, work string) (chan error, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
+	var ours, theirs *os.File
+	if cfg.PageSocket != "" {
+		sock, done, err := socketPath(cfg.PageSocket)
+		if err != nil {
+			return nil, err
+		}
+		c, err := net.Dial("unix", sock)
+		done()
+		if err != nil {
+			return nil, fmt.Errorf("the page server: %v", err)
+		}
+		theirs, err = c.(*net.UnixConn).File()
+		c.Close()
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, err
+		}
+		ours, theirs = os.NewFile(uintptr(fds[0]), "page-server"), os.NewFile(uintptr(fds[1]), "lazy-pages")
 	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "page-server"), os.NewFile(uintptr(fds[1]), "lazy-pages")
 	status, statusW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -170,6 +194,11 @@ func startLazyPages(cfg cloneConfig, work string) (chan error, error) {
 		return nil, fmt.Errorf("criu lazy-pages: %s", logError(log))
 	}
 	done := make(chan error, 1)
+	if ours == nil {
+		// Restore serves the pages, and saves the working set.
+		go func() { done <- lazy.Wait() }()
+		return done, nil
+	}
 	go func() {
 		ws, pages, err := servePages(ours, cfg.Pages)
 		ours.Close()

@@ -52,7 +52,7 @@ func dedupeProcess(dir, prev string, pid int) error {
 		return err
 	}
 	defer old.close()
-	pagesPath := filepath.Join(dir, fmt.Sprintf("pages-%d.img", id))
+	pagesPath := filepath.Join(dir, pagesName(id))
 	in, err := os.Open(pagesPath)
 	if err != nil {
 		return err

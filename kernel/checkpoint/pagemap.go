@@ -43,9 +43,23 @@ type pmEntry struct {
 type pagemap struct {
 	pagesID uint32
 	entries []pmEntry // ascending vaddr
-	pages   *os.File
+	pages   PagesFile
 	parent  *pagemap
 }
+
+// PagesFile reads an image's pages file (pages-ID.img): the file itself,
+// or one kept elsewhere (Source.Pages).
+type PagesFile interface {
+	io.ReaderAt
+	Close() error
+}
+
+// pagesOpener opens the pages file name of the image in dir.
+type pagesOpener func(dir, name string) (PagesFile, error)
+
+func openLocal(dir, name string) (PagesFile, error) { return os.Open(filepath.Join(dir, name)) }
+
+func pagesName(id uint32) string { return fmt.Sprintf("pages-%d.img", id) }
 
 func pagemapPath(dir string, pid int) string {
 	return filepath.Join(dir, "pagemap-"+strconv.Itoa(pid)+".img")
@@ -107,18 +121,21 @@ func readPagemapFile(path string) (uint32, []pmEntry, error) {
 
 // openPagemap opens the pagemap of process pid in image dir, with its
 // parents'.
-func openPagemap(dir string, pid int) (*pagemap, error) {
+func openPagemap(dir string, pid int) (*pagemap, error) { return openPagemapWith(dir, pid, openLocal) }
+
+// openPagemapWith is openPagemap reading the pages through open.
+func openPagemapWith(dir string, pid int, open pagesOpener) (*pagemap, error) {
 	id, entries, err := readPagemapFile(pagemapPath(dir, pid))
 	if err != nil {
 		return nil, err
 	}
 	pm := &pagemap{pagesID: id, entries: entries}
 	sort.Slice(pm.entries, func(i, j int) bool { return pm.entries[i].vaddr < pm.entries[j].vaddr })
-	if pm.pages, err = os.Open(filepath.Join(dir, fmt.Sprintf("pages-%d.img", id))); err != nil {
+	if pm.pages, err = open(dir, pagesName(id)); err != nil {
 		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(dir, "parent")); err == nil {
-		if pm.parent, err = openPagemap(filepath.Join(dir, "parent"), pid); err != nil {
+		if pm.parent, err = openPagemapWith(filepath.Join(dir, "parent"), pid, open); err != nil {
 			pm.close()
 			return nil, fmt.Errorf("parent image: %w", err)
 		}

@@ -58,6 +58,11 @@ type wsPage struct {
 // background (criu/uffd.c), so one-page requests are the faults (save
 // the odd one-page remainder of a background copy).
 func servePages(conn io.ReadWriter, dir string) ([]wsPage, int64, error) {
+	return servePagesWith(conn, dir, openLocal)
+}
+
+// servePagesWith is servePages reading the pages through open.
+func servePagesWith(conn io.ReadWriter, dir string, open pagesOpener) ([]wsPage, int64, error) {
 	maps := map[int]*pagemap{}
 	defer func() {
 		for _, pm := range maps {
@@ -91,7 +96,7 @@ func servePages(conn io.ReadWriter, dir string) ([]wsPage, int64, error) {
 		pm, ok := maps[pid]
 		if !ok {
 			var err error
-			if pm, err = openPagemap(dir, pid); err != nil {
+			if pm, err = openPagemapWith(dir, pid, open); err != nil {
 				return faults, served, fmt.Errorf("page server: process %d: %w", pid, err)
 			}
 			maps[pid] = pm
@@ -138,6 +143,11 @@ func readWorkingSet(dir string) ([]wsPage, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseWorkingSet(data)
+}
+
+// parseWorkingSet reads a working set file's content.
+func parseWorkingSet(data []byte) ([]wsPage, error) {
 	var ws []wsPage
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		f := strings.Fields(line)

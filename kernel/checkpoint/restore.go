@@ -35,6 +35,9 @@ type RestoreOptions struct {
 	// Restored, when set, is called once every clone is restored, before
 	// any has been waited for.
 	Restored func([]*Clone)
+	// From restores an image kept elsewhere instead of the branch's
+	// latest (see Source).
+	From *Source
 }
 
 // Clone is one restored copy of a checkpoint.
@@ -69,7 +72,7 @@ type report struct {
 // (cfg, completed here), and sends the starter's report to send.
 // Preconditions: c's Index, Branch and ID are set.
 func startClone(ctx context.Context, m *explore.Mount, store, parent string, c *Clone, cfg cloneConfig, exe string, maxPID int,
-	start time.Time, send func(report)) error {
+	start time.Time, pages *pageServers, send func(report)) error {
 	i := c.Index
 	if _, err := m.Create(parent, c.Branch); err != nil {
 		return fmt.Errorf("clone %d: %w", i, err)
@@ -78,6 +81,12 @@ func startClone(ctx context.Context, m *explore.Mount, store, parent string, c *
 	data := branch.BranchDataDir(store, c.Branch)
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return fmt.Errorf("clone %d (%s): %w", i, c.Branch, err)
+	}
+	if pages != nil {
+		var err error
+		if cfg.PageSocket, err = pages.listen(data); err != nil {
+			return fmt.Errorf("clone %d (%s): the page server: %w", i, c.Branch, err)
+		}
 	}
 	cfg.Log, cfg.PIDFile = filepath.Join(data, "restore.log"), filepath.Join(data, "restore.pid")
 	cfg.ID, cfg.Index, cfg.Branch = c.ID, i, c.Branch
@@ -156,8 +165,11 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 	if err != nil {
 		return nil, err
 	}
-	meta, dir, err := branch.LatestImage(store, name)
-	if err != nil {
+	var meta branch.ImageMeta
+	var dir string
+	if o.From != nil {
+		meta, dir = o.From.Meta, o.From.Dir
+	} else if meta, dir, err = branch.LatestImage(store, name); err != nil {
 		return nil, err
 	}
 	if hi, err := m.Info(meta.Hold); err != nil || hi.State != branch.Live.String() {
@@ -170,10 +182,22 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 	out := &Outcome{Branch: name, Image: meta.Gen, Lazy: o.Lazy}
 	start := time.Now()
 	images := dir
+	var pages *pageServers
 	if o.Lazy {
 		ws, err := readWorkingSet(dir)
+		if err == nil && o.From != nil && len(o.From.WorkingSet) > 0 {
+			ws, err = parseWorkingSet(o.From.WorkingSet)
+		}
 		if err != nil {
 			return nil, err
+		}
+		if o.From != nil && o.From.Pages != nil {
+			// What CRIU reads itself comes first; the rest is served.
+			if _, err := o.From.fillPages(ctx, ws); err != nil {
+				return nil, fmt.Errorf("fetching the pages restored first: %w", err)
+			}
+			pages = &pageServers{src: o.From, record: len(ws) == 0}
+			defer pages.close()
 		}
 		if len(ws) == 0 {
 			out.Recording = true
@@ -187,6 +211,9 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 				return nil, fmt.Errorf("prefetching the working set of checkpoint %d: %w", meta.Gen, err)
 			}
 			images, out.WorkingSet = staged, filepath.Join(dir, WorkingSetName)
+			if o.From != nil {
+				out.WorkingSet = "the image's recorded working set"
+			}
 		}
 	}
 	reports := make(chan report, o.Clones)
@@ -203,7 +230,7 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 		go func() {
 			defer setups.Done()
 			if err := startClone(ctx, m, store, name, c, cloneConfig{CRIU: criu, Images: images, Lazy: o.Lazy, Pages: dir,
-				Record: out.Recording}, exe, meta.MaxPID, start, func(r report) { reports <- r }); err != nil {
+				Record: out.Recording && pages == nil}, exe, meta.MaxPID, start, pages, func(r report) { reports <- r }); err != nil {
 				reports <- report{i: c.Index, err: err}
 			}
 		}()
