@@ -78,3 +78,6 @@ branchfs abort $MNT/@rem --recursive >/dev/null 2>&1
 branchfs unmount $MNT
 branchfs mount --base /data/base --store /data/store --max-branches 200 $MNT || echo "FAIL mount /work again"
 branchfs abort $MNT/@rem --recursive >/dev/null 2>&1
+if [ -x /tests/criu-remote-bench.sh ]; then
+	/tests/criu-remote-bench.sh
+fi

@@ -43,6 +43,9 @@ AWS_REGION=us-east-1
 AWS_EC2_METADATA_DISABLED=true
 ENV
 	install -m 755 "$here/criu-remote-test.sh" "$root/tests/criu-remote-test.sh"
+	if [ -n "${BRANCHFS_CRIU_BENCH:-}" ]; then
+		install -m 755 "$here/criu-remote-bench.sh" "$root/tests/criu-remote-bench.sh"
+	fi
 }
 
 s3_stop() {

@@ -27,7 +27,9 @@ import (
 const workingSetDir = ".workingsets"
 
 // IsPages reports the files of an image that hold its memory.
-func IsPages(name string) bool { return strings.HasPrefix(name, "pages-") && strings.HasSuffix(name, ".img") }
+func IsPages(name string) bool {
+	return strings.HasPrefix(name, "pages-") && strings.HasSuffix(name, ".img")
+}
 
 // imageID names an image by the content of its files.
 func imageID(c *Checkpoint) string {
@@ -100,7 +102,7 @@ func FetchImage(ctx context.Context, b *Bucket, loc Location, m *Manifest, dir s
 		}
 		off := int64(0)
 		for _, c := range im.Chunks {
-			jobs = append(jobs, chunkJob{im.Name, off, c})
+			jobs = append(jobs, chunkJob{path: im.Name, off: off, c: c})
 			off += c.Size
 			bar.total.Add(c.Size)
 		}

@@ -137,7 +137,7 @@ func Pull(ctx context.Context, b *Bucket, loc Location, m *Manifest, t Target, o
 		}
 		off := int64(0)
 		for _, c := range e.Chunks {
-			jobs = append(jobs, chunkJob{e.Path, off, c})
+			jobs = append(jobs, chunkJob{e.Path, off, c, len(e.Chunks) == 1})
 			chunks[c.Hash] = true
 			off += c.Size
 			bar.total.Add(c.Size)
@@ -160,7 +160,7 @@ func Pull(ctx context.Context, b *Bucket, loc Location, m *Manifest, t Target, o
 		if e.Kind == branch.DeltaDeleted || e.Type == "dir" {
 			return nil
 		}
-		return p.setMeta(e, true)
+		return p.setMeta(e, true, p.made[e.Path])
 	})
 	if err != nil {
 		return nil, err
@@ -172,7 +172,7 @@ func Pull(ctx context.Context, b *Bucket, loc Location, m *Manifest, t Target, o
 		}
 		// A directory that only holds changes keeps the mode, owner
 		// and xattrs the parent here gives it.
-		if err := p.setMeta(e, e.Kind != branch.DeltaDir || p.made[e.Path]); err != nil {
+		if err := p.setMeta(e, e.Kind != branch.DeltaDir || p.made[e.Path], p.made[e.Path]); err != nil {
 			return nil, err
 		}
 	}
@@ -189,9 +189,10 @@ type puller struct {
 }
 
 type chunkJob struct {
-	path string
-	off  int64
-	c    Chunk
+	path   string
+	off    int64
+	c      Chunk
+	create bool // the file's one chunk: the file is made with it
 }
 
 // make makes e's path what the branch had there, but a file's content
@@ -232,6 +233,9 @@ func (p *puller) make(e *Entry) error {
 	case "dir":
 		return unix.Mkdirat(pfd, name, 0o700)
 	case "file":
+		if len(e.Chunks) == 1 {
+			return nil // made with its content, once fetched (fetch)
+		}
 		fd, err := unix.Openat(pfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		if err == nil {
 			unix.Close(fd)
@@ -266,7 +270,11 @@ func (p *puller) fetch(ctx context.Context, j chunkJob, bar *progress) error {
 	if int64(len(data)) != j.c.Size || hashOf(data) != j.c.Hash {
 		return fmt.Errorf("chunk %s in %s is damaged: its content does not match its name", j.c.Hash, p.loc)
 	}
-	f, err := p.v.openFile(j.path, unix.O_WRONLY, 0)
+	flags := unix.O_WRONLY
+	if j.create {
+		flags |= unix.O_CREAT | unix.O_EXCL
+	}
+	f, err := p.v.openFile(j.path, flags, 0o600)
 	if err != nil {
 		return err
 	}
@@ -282,9 +290,10 @@ func (p *puller) fetch(ctx context.Context, j chunkJob, bar *progress) error {
 }
 
 // setMeta gives e's path the owner (as root), mode and xattrs the branch
-// had, if all, and its times. Each call acts on the entry itself through a
+// had, if all, and its times; made says the pull made the entry, so it has
+// no xattrs of its own. Each call acts on the entry itself through a
 // descriptor: none follows a symlink.
-func (p *puller) setMeta(e *Entry, all bool) error {
+func (p *puller) setMeta(e *Entry, all, made bool) error {
 	pfd, name, err := p.v.parent(e.Path)
 	if err != nil {
 		return err
@@ -296,7 +305,7 @@ func (p *puller) setMeta(e *Entry, all bool) error {
 	}
 	defer unix.Close(fd)
 	if all {
-		if err := setOwnerModeXattrs(fd, e); err != nil {
+		if err := setOwnerModeXattrs(fd, e, made); err != nil {
 			return pathError("setting the metadata of", e.Path, err)
 		}
 	}
@@ -307,23 +316,34 @@ func (p *puller) setMeta(e *Entry, all bool) error {
 	return nil
 }
 
-func setOwnerModeXattrs(fd int, e *Entry) error {
+func setOwnerModeXattrs(fd int, e *Entry, made bool) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
 	root := os.Geteuid() == 0
-	if root {
+	chowned := false
+	if root && (st.Uid != e.UID || st.Gid != e.GID) {
 		// Before the mode: a chown clears set-user-ID bits.
 		if err := unix.Fchownat(fd, "", int(e.UID), int(e.GID), unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return err
 		}
+		chowned = true
 	}
 	if e.Type == "symlink" {
 		return nil // no mode, and no user xattrs
 	}
-	if err := unix.Chmod(procPath(fd), e.Mode); err != nil {
-		return err
+	if chowned || st.Mode&07777 != e.Mode {
+		if err := unix.Chmod(procPath(fd), e.Mode); err != nil {
+			return err
+		}
 	}
-	have, err := listXattrs(procPath(fd))
-	if err != nil {
-		return err
+	var have []string
+	if !made {
+		var err error
+		if have, err = listXattrs(procPath(fd)); err != nil {
+			return err
+		}
 	}
 	for _, n := range have {
 		if _, keep := e.Xattrs[n]; !keep {
@@ -341,8 +361,10 @@ func setOwnerModeXattrs(fd int, e *Entry) error {
 		if !root && (strings.HasPrefix(n, "trusted.") || strings.HasPrefix(n, "security.")) {
 			continue // only root may set them, as with tar
 		}
-		if cur, err := getXattr(procPath(fd), n); err == nil && bytes.Equal(cur, e.Xattrs[n]) {
-			continue
+		if !made {
+			if cur, err := getXattr(procPath(fd), n); err == nil && bytes.Equal(cur, e.Xattrs[n]) {
+				continue
+			}
 		}
 		if err := unix.Setxattr(procPath(fd), n, e.Xattrs[n], 0); err != nil {
 			return fmt.Errorf("xattr %s: %w", n, err)

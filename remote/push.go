@@ -133,6 +133,11 @@ func Push(ctx context.Context, b *Bucket, loc Location, src Source, o Options) (
 		}
 	}
 	up := newUploader(ctx, b, loc, o.jobs())
+	// The chunks the manifest at loc names are there: it was written
+	// after them. A second push of a branch asks only about the others.
+	if err := up.knowManifest(ctx); err != nil {
+		return nil, nil, err
+	}
 	err = parallel(up.ctx, len(m.Entries), o.jobs(), func(ctx context.Context, i int) error {
 		e := &m.Entries[i]
 		if e.Type != "file" {
@@ -264,7 +269,38 @@ type uploader struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	seen   map[string]bool
+	known  map[string]bool // in the bucket: named by the manifest there
 	stored atomic.Int64
+}
+
+// knowManifest notes the chunks of the manifest at the uploader's place,
+// if one is there.
+func (u *uploader) knowManifest(ctx context.Context) error {
+	data, err := u.b.Get(ctx, u.loc.Key)
+	if IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	m, err := decodeManifest(data)
+	if err != nil {
+		return nil // not ours, or damaged: it names nothing to trust
+	}
+	u.known = map[string]bool{}
+	for _, e := range m.Entries {
+		for _, c := range e.Chunks {
+			u.known[c.Hash] = true
+		}
+	}
+	if m.Checkpoint != nil {
+		for _, f := range m.Checkpoint.Files {
+			for _, c := range f.Chunks {
+				u.known[c.Hash] = true
+			}
+		}
+	}
+	return nil
 }
 
 func newUploader(ctx context.Context, b *Bucket, loc Location, jobs int) *uploader {
@@ -298,6 +334,9 @@ func (u *uploader) add(hash string, data []byte) {
 // put stores a chunk unless the bucket holds it whole: a chunk's name is
 // its content, so one of the right size is the right one (a pull checks).
 func (u *uploader) put(hash string, data []byte) error {
+	if u.known[hash] {
+		return nil
+	}
 	key := u.loc.chunkKey(hash)
 	size, ok, err := u.b.Stat(u.ctx, key)
 	if err != nil {
