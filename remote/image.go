@@ -60,6 +60,11 @@ func WorkingSet(ctx context.Context, b *Bucket, loc Location, m *Manifest) ([]by
 	return data, err
 }
 
+// WorkingSetURL is where the working set of the image of m is kept.
+func WorkingSetURL(loc Location, m *Manifest) string {
+	return Location{loc.Bucket, loc.workingSetKey(m.Checkpoint)}.String()
+}
+
 // SaveWorkingSet stores the working set of the image of m unless one is
 // there: the first restore to record one sets it.
 func SaveWorkingSet(ctx context.Context, b *Bucket, loc Location, m *Manifest, data []byte) error {

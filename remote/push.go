@@ -52,13 +52,13 @@ func (o *Options) jobs() int {
 
 // Stats tell what a push or pull did.
 type Stats struct {
-	Paths    int   // entries in the manifest
-	Bytes    int64 // content of its files
-	Chunks   int   // distinct chunks it names
-	Stored   int   // chunks a push sent (the others were in the bucket)
-	Sent     int64 // bytes sent, manifest included
-	Received int64 // bytes received
-	Requests int64
+	Paths    int   `json:"paths"`    // entries in the manifest
+	Bytes    int64 `json:"bytes"`    // content of its files (and checkpoint image)
+	Chunks   int   `json:"chunks"`   // distinct chunks it names
+	Stored   int   `json:"stored"`   // chunks a push sent (the others were in the bucket)
+	Sent     int64 `json:"sent"`     // bytes sent, manifest included
+	Received int64 `json:"received"` // bytes received
+	Requests int64 `json:"requests"`
 }
 
 // maxRetries is how often a push reads a file again that changed while it

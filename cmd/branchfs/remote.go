@@ -204,6 +204,7 @@ func restoreSource(ctx context.Context, m *explore.Mount, name, mnt, url string,
 		if src.WorkingSet, err = remote.WorkingSet(ctx, b, loc, man); err != nil {
 			return nil, cleanup, err
 		}
+		src.WorkingSetFrom = remote.WorkingSetURL(loc, man)
 		cache := remote.NewBlockCache(256 << 20)
 		src.Pages = func(name string) (checkpoint.PagesFile, error) {
 			return remote.OpenImageFile(ctx, b, loc, man, name, cache)

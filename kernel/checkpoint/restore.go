@@ -211,8 +211,8 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 				return nil, fmt.Errorf("prefetching the working set of checkpoint %d: %w", meta.Gen, err)
 			}
 			images, out.WorkingSet = staged, filepath.Join(dir, WorkingSetName)
-			if o.From != nil {
-				out.WorkingSet = "the image's recorded working set"
+			if o.From != nil && len(o.From.WorkingSet) > 0 {
+				out.WorkingSet = o.From.WorkingSetFrom
 			}
 		}
 	}

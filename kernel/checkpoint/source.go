@@ -28,8 +28,10 @@ type Source struct {
 	// are whole.
 	Pages func(name string) (PagesFile, error)
 	// WorkingSet is a recorded working set to prefetch (WorkingSetName's
-	// format), if any; else Dir's own, if any.
-	WorkingSet []byte
+	// format), if any, and WorkingSetFrom where it was found; else Dir's
+	// own, if any.
+	WorkingSet     []byte
+	WorkingSetFrom string
 	// SaveWorkingSet keeps the working set the first lazy restore
 	// records, where the next one finds it.
 	SaveWorkingSet func([]byte) error
