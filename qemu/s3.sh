@@ -26,7 +26,9 @@ s3_start() {
 	for i in $(seq 1200); do
 		if curl -fsS --aws-sigv4 aws:amz:us-east-1:s3 --user "$S3_KEY:$S3_SECRET" -X PUT "$url" -o /dev/null 2>/dev/null ||
 			curl -fsS --aws-sigv4 aws:amz:us-east-1:s3 --user "$S3_KEY:$S3_SECRET" "$url?max-keys=1" -o /dev/null 2>/dev/null; then
-			if curl -fsS --aws-sigv4 aws:amz:us-east-1:s3 --user "$S3_KEY:$S3_SECRET" -X PUT --data ready "$url/ready" -o /dev/null 2>/dev/null; then
+			# SigV4 signs the body's hash, which curl leaves to us.
+			if curl -fsS --aws-sigv4 aws:amz:us-east-1:s3 --user "$S3_KEY:$S3_SECRET" -X PUT --data-binary ready \
+				-H "x-amz-content-sha256: $(printf ready | sha256sum | cut -d' ' -f1)" "$url/ready" -o /dev/null 2>/dev/null; then
 				break
 			fi
 		fi
