@@ -39,7 +39,7 @@ func ParseURL(s string) (Location, error) {
 		return Location{}, fmt.Errorf("%q: empty path component", s)
 	}
 	for _, c := range strings.Split(strings.TrimSuffix(key, "/"), "/") {
-		if c == "." || c == ".." || c == chunkDir {
+		if c == "." || c == ".." || c == chunkDir || c == workingSetDir {
 			return Location{}, fmt.Errorf("%q: a path component may not be %q", s, c)
 		}
 	}

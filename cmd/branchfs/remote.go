@@ -93,11 +93,15 @@ func openRemote(ctx context.Context, url, name string) (*remoteDest, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The name becomes a component of the key: the same rules apply.
+	if loc, err = remote.ParseURL(loc.Under(name).String()); err != nil {
+		return nil, err
+	}
 	b, err := remote.Connect(ctx, loc.Bucket)
 	if err != nil {
 		return nil, err
 	}
-	return &remoteDest{ctx, loc.Under(name), b}, nil
+	return &remoteDest{ctx, loc, b}, nil
 }
 
 // push pushes the branch name whose view is view, with its checkpoint
