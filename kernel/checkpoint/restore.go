@@ -126,6 +126,9 @@ func startClone(ctx context.Context, m *explore.Mount, store, parent string, c *
 		why := res.Error
 		if why == "" {
 			why = fmt.Sprintf("its starter ended (exit %d %s) before the restore", res.ExitCode, res.Signal)
+			if line != "" {
+				why += fmt.Sprintf(", having said %q", line)
+			}
 		}
 		send(report{i: i, err: errors.New(why)})
 	}()
