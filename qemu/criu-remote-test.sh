@@ -29,11 +29,23 @@ wait_for() {
 	done
 }
 
-# On the first host: the subject in branch rem, checkpointed and pushed.
+# On the first host: the subject in branch rem, its counter at 2 (each
+# SIGUSR2 counts one, acknowledged in /tmp/counter), checkpointed and
+# pushed.
 branchfs create rem $MNT >/dev/null || fail_all "create rem"
 branchfs run --data-path fuse --branch rem $MNT -- sh -c "exec $PROG $MNT 16 </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
 RUNPID=$!
 wait_for $MNT/@rem/ready || fail_all "the subject did not start"
+pid=$(pidof criu-stateful | tr ' ' '\n' | sort -n | head -1)
+for c in 1 2; do
+	kill -USR2 "$pid"
+	i=0
+	until [ "$(cat /tmp/counter 2>/dev/null)" = $c ]; do
+		i=$((i + 1))
+		[ $i -gt 2400 ] && fail_all "the subject did not count to $c"
+		sleep 0.05
+	done
+done
 url=$S3_URL/ck/rem
 if out=$(branchfs checkpoint rem $MNT --run-id rem --to $S3_URL/ck/ 2>&1) && echo "$out" | grep -q "^pushed rem with checkpoint 1 to $url:"; then
 	pass "criu_remote_checkpoint: $(echo "$out" | tail -1)"
@@ -48,10 +60,11 @@ branchfs unmount $MNT
 branchfs mount --base /data/base-second --store /data/store-second $MNT || fail_all "mounting the second host"
 
 # clones_ok OUT N: N clones restored, each continued from the subject's
-# state in its own branch. Aborts them.
+# state (its counter at 2, every word of its memory, its child) in its
+# own branch. Aborts them.
 clones_ok() {
 	bs=$(echo "$1" | sed -n 's/^restored clone [0-9]* in branch \([^ ]*\) .*/\1/p')
-	ok=$(for b in $bs; do grep -l "^clone [0-9a-f]* counter=kept alloc=ok child=ok\$" $MNT/@$b/result 2>/dev/null; done | wc -l)
+	ok=$(for b in $bs; do grep -l "^clone [0-9a-f]* counter=2 alloc=ok child=ok writes=ok\$" $MNT/@$b/result 2>/dev/null; done | wc -l)
 	for b in $bs; do branchfs abort $MNT/@$b >/dev/null; done
 	[ "$ok" = "$2" ]
 }
