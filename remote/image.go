@@ -227,7 +227,8 @@ type RangeReader struct {
 	cache  *BlockCache
 }
 
-// OpenImageFile returns a RangeReader of the image file name of m.
+// OpenImageFile returns a RangeReader of the image file name of m: one
+// that reads through cache, or, with cache nil, exactly what it is asked.
 func OpenImageFile(ctx context.Context, b *Bucket, loc Location, m *Manifest, name string, cache *BlockCache) (*RangeReader, error) {
 	if m.Checkpoint == nil {
 		return nil, fmt.Errorf("%s holds no checkpoint", loc)
@@ -247,7 +248,9 @@ func OpenImageFile(ctx context.Context, b *Bucket, loc Location, m *Manifest, na
 	return nil, fmt.Errorf("the checkpoint at %s has no file %s", loc, name)
 }
 
-// ReadAt reads len(p) bytes at off, the blocks it spans fetched at once.
+// ReadAt reads len(p) bytes at off: the blocks it spans, fetched at once
+// through the cache; or, without one, the bytes themselves, one request
+// for each chunk they span.
 func (r *RangeReader) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 || off+int64(len(p)) > r.size {
 		return 0, fmt.Errorf("read of %d bytes at %d past the end (%d): %w", len(p), off, r.size, io.ErrUnexpectedEOF)
@@ -255,7 +258,7 @@ func (r *RangeReader) ReadAt(p []byte, off int64) (int, error) {
 	type span struct {
 		c     Chunk
 		k     blockKey
-		from  int64 // in the block
+		from  int64 // in the block (in the chunk, without a cache)
 		dst   []byte
 		err   error
 		block []byte
@@ -265,17 +268,27 @@ func (r *RangeReader) ReadAt(p []byte, off int64) (int, error) {
 		i := sort.Search(len(r.starts), func(i int) bool { return r.starts[i] > at }) - 1
 		c := r.chunks[i]
 		in := at - r.starts[i]
-		n := in / blockSize
-		from := in - n*blockSize
-		k := min(int64(len(rest)), min(blockSize, c.Size-n*blockSize)-from)
-		spans = append(spans, &span{c: c, k: blockKey{c.Hash, n}, from: from, dst: rest[:k]})
-		at, rest = at+k, rest[k:]
+		s := &span{c: c, from: in}
+		if r.cache == nil {
+			s.dst = rest[:min(int64(len(rest)), c.Size-in)]
+		} else {
+			n := in / blockSize
+			s.k, s.from = blockKey{c.Hash, n}, in-n*blockSize
+			s.dst = rest[:min(int64(len(rest)), min(blockSize, c.Size-n*blockSize)-s.from)]
+		}
+		spans = append(spans, s)
+		at, rest = at+int64(len(s.dst)), rest[len(s.dst):]
 	}
 	var wg sync.WaitGroup
 	for _, s := range spans {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if r.cache == nil {
+				s.block, s.err = r.b.GetRange(r.ctx, r.loc.chunkKey(s.c.Hash), s.from, int64(len(s.dst)))
+				s.from = 0
+				return
+			}
 			s.block, s.err = r.cache.get(r.ctx, r.b, r.loc, s.c, s.k)
 		}()
 	}

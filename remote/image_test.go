@@ -85,6 +85,39 @@ func TestImageThroughTheBucket(t *testing.T) {
 			t.Fatalf("ReadAt(%d, %d): %v, or other bytes", n, off, err)
 		}
 	}
+	// Without a cache, a page is one request of one page.
+	direct, err := OpenImageFile(ctx, b, loc, m, "pages-1.img", nil)
+	must(t, err)
+	_, recv0, req0 := b.Moved()
+	page := make([]byte, 4096)
+	for _, off := range []int64{0, 400 << 10, 5 << 20} {
+		if _, err := direct.ReadAt(page, off); err != nil || !bytes.Equal(page, pages[off:off+4096]) {
+			t.Fatalf("direct ReadAt(4096, %d): %v, or other bytes", off, err)
+		}
+	}
+	if _, recv, req := b.Moved(); req-req0 != 3 || recv-recv0 != 3*4096 {
+		t.Errorf("three pages read directly took %d requests, %d bytes", req-req0, recv-recv0)
+	}
+	// and a long read one request for each chunk it spans.
+	off, n := int64(1<<20+512), int64(3<<20)
+	spanned := 0
+	for _, f := range m.Checkpoint.Files {
+		at := int64(0)
+		for _, c := range f.Chunks {
+			if f.Name == "pages-1.img" && at < off+n && at+c.Size > off {
+				spanned++
+			}
+			at += c.Size
+		}
+	}
+	_, recv0, req0 = b.Moved()
+	long := make([]byte, n)
+	if _, err := direct.ReadAt(long, off); err != nil || !bytes.Equal(long, pages[off:off+n]) {
+		t.Fatalf("direct ReadAt(%d, %d): %v, or other bytes", n, off, err)
+	}
+	if _, recv, req := b.Moved(); req-req0 != int64(spanned) || recv-recv0 != n {
+		t.Errorf("%d bytes over %d chunks read directly took %d requests, %d bytes", n, spanned, req-req0, recv-recv0)
+	}
 	// Another reader of a range read before costs no request.
 	_, _, before := b.Moved()
 	rd, err := OpenImageFile(ctx, b, loc, m, "pages-1.img", cache)

@@ -152,33 +152,49 @@ func pushableImage(mnt, name string) (*remote.Image, error) {
 // restoreSource readies the checkpoint pushed to url for a restore into
 // branch name of the mount m (at mnt): pulls the branch if the mount has
 // none, makes its hold, and fetches the image into the store's staging
-// place, which cleanup removes.
-func restoreSource(ctx context.Context, m *explore.Mount, name, mnt, url string, lazy bool, jobs int) (*checkpoint.Source, func(), error) {
-	nothing := func() {}
+// place. done(ok) removes that place and, unless ok, aborts the branch
+// and the hold it made: a restore that fails leaves the mount as it was.
+func restoreSource(ctx context.Context, m *explore.Mount, name, mnt, url string, lazy bool, jobs int) (src *checkpoint.Source, done func(ok bool), err error) {
+	var undo []func()
+	done = func(ok bool) {
+		for i := len(undo) - 1; i >= 0; i-- {
+			if !ok || i == 0 {
+				undo[i]()
+			}
+		}
+	}
+	undo = append(undo, func() {}) // the staging place's, always run
+	defer func() {
+		if err != nil {
+			done(false)
+			done = func(bool) {}
+		}
+	}()
 	loc, err := remote.ParseURL(url)
 	if err != nil {
-		return nil, nothing, err
+		return nil, done, err
 	}
 	b, err := remote.Connect(ctx, loc.Bucket)
 	if err != nil {
-		return nil, nothing, err
+		return nil, done, err
 	}
 	man, err := remote.Fetch(ctx, b, loc)
 	if err != nil {
-		return nil, nothing, err
+		return nil, done, err
 	}
 	if man.Checkpoint == nil {
-		return nil, nothing, fmt.Errorf("%s holds a branch without a checkpoint", loc)
+		return nil, done, fmt.Errorf("%s holds a branch without a checkpoint", loc)
 	}
 	o := remote.Options{Jobs: jobs, Progress: terminal()}
 	if _, err := m.Info(name); err != nil {
 		root, err := mountPoint(mnt)
 		if err != nil {
-			return nil, nothing, err
+			return nil, done, err
 		}
 		if _, err := remote.Pull(ctx, b, loc, man, pullTarget(root, branch.MainName, name), o); err != nil {
-			return nil, nothing, fmt.Errorf("pulling the branch: %w", err)
+			return nil, done, fmt.Errorf("pulling the branch: %w", err)
 		}
+		undo = append(undo, func() { m.Abort(name, true) })
 	}
 	hold := checkpoint.HoldName(name)
 	if hi, err := m.Info(hold); err != nil || hi.State != branch.Live.String() {
@@ -186,36 +202,40 @@ func restoreSource(ctx context.Context, m *explore.Mount, name, mnt, url string,
 			m.Abort(hold, true)
 		}
 		if _, err := m.Create(name, hold); err != nil {
-			return nil, nothing, fmt.Errorf("freezing the files of %s: %w", name, err)
+			return nil, done, fmt.Errorf("freezing the files of %s: %w", name, err)
 		}
+		undo = append(undo, func() { m.Abort(hold, true) })
 	}
 	store, err := m.Store()
 	if err != nil {
-		return nil, nothing, err
+		return nil, done, err
 	}
 	dir, err := branch.StageImage(store, name)
 	if err != nil {
-		return nil, nothing, err
+		return nil, done, err
 	}
-	cleanup := func() { os.RemoveAll(dir) }
+	undo[0] = func() { os.RemoveAll(dir) }
 	if _, err := remote.FetchImage(ctx, b, loc, man, dir, lazy, o); err != nil {
-		return nil, cleanup, fmt.Errorf("fetching the checkpoint: %w", err)
+		return nil, done, fmt.Errorf("fetching the checkpoint: %w", err)
 	}
 	meta := man.Checkpoint.Image
 	meta.Branch, meta.Hold = name, hold
-	src := &checkpoint.Source{Meta: meta, Dir: dir, Jobs: o.Jobs}
+	src = &checkpoint.Source{Meta: meta, Dir: dir, Jobs: o.Jobs}
 	if lazy {
 		if src.WorkingSet, err = remote.WorkingSet(ctx, b, loc, man); err != nil {
-			return nil, cleanup, err
+			return nil, done, err
 		}
 		src.WorkingSetFrom = remote.WorkingSetURL(loc, man)
 		cache := remote.NewBlockCache(256 << 20)
 		src.Pages = func(name string) (checkpoint.PagesFile, error) {
 			return remote.OpenImageFile(ctx, b, loc, man, name, cache)
 		}
+		src.Fill = func(name string) (checkpoint.PagesFile, error) {
+			return remote.OpenImageFile(ctx, b, loc, man, name, nil)
+		}
 		src.SaveWorkingSet = func(data []byte) error { return remote.SaveWorkingSet(ctx, b, loc, man, data) }
 	}
-	return src, cleanup, nil
+	return src, done, nil
 }
 
 func pullCmd() *cobra.Command {

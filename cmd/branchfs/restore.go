@@ -46,14 +46,14 @@ the bucket, where the next one, on any host, finds it and fetches it before the 
 			}
 			ctx, stop := interruptible()
 			var source *checkpoint.Source
+			fromDone := func(bool) {}
 			if from != "" {
-				src, cleanup, err := restoreSource(ctx, m, args[0], args[1], from, lazy, jobs)
-				defer cleanup()
+				var err error
+				source, fromDone, err = restoreSource(ctx, m, args[0], args[1], from, lazy, jobs)
 				if err != nil {
 					stop()
 					return fmt.Errorf("restore %s: %w", args[0], err)
 				}
-				source = src
 			}
 			o := checkpoint.RestoreOptions{Clones: clones, Keep: keep, Lazy: lazy, From: source, Restored: func(cs []*checkpoint.Clone) {
 				if !asJSON {
@@ -64,6 +64,7 @@ the bucket, where the next one, on any host, finds it and fetches it before the 
 			}}
 			out, err := checkpoint.Restore(ctx, m, args[0], o)
 			sig := stop()
+			fromDone(err == nil)
 			if asJSON && out != nil {
 				json.NewEncoder(os.Stdout).Encode(out)
 			}

@@ -24,9 +24,12 @@ import (
 type Source struct {
 	Meta branch.ImageMeta
 	Dir  string
-	// Pages opens a pages file (pages-ID.img) of the image; nil: Dir's
-	// are whole.
-	Pages func(name string) (PagesFile, error)
+	// Pages opens a pages file (pages-ID.img) of the image for the page
+	// server; nil: Dir's are whole. Fill opens one for fillPages, which
+	// reads exactly the pages it needs (a working set is spread over the
+	// whole memory: the neighbours of one page are seldom wanted, as a
+	// fault's are); nil: Pages.
+	Pages, Fill func(name string) (PagesFile, error)
 	// WorkingSet is a recorded working set to prefetch (WorkingSetName's
 	// format), if any, and WorkingSetFrom where it was found; else Dir's
 	// own, if any.
@@ -138,7 +141,11 @@ func (s *Source) fillPages(ctx context.Context, ws []wsPage) (int64, error) {
 		if r, ok := readers[name]; ok {
 			return r, nil
 		}
-		r, err := s.Pages(name)
+		open := s.Fill
+		if open == nil {
+			open = s.Pages
+		}
+		r, err := open(name)
 		if err == nil {
 			readers[name] = r
 		}
@@ -147,7 +154,9 @@ func (s *Source) fillPages(ctx context.Context, ws []wsPage) (int64, error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 1)
-	for range max(1, min(s.Jobs, len(pieces))) {
+	// Each piece is a request of its own: more of them in flight than
+	// the transfers of whole files take.
+	for range max(1, min(4*s.Jobs, len(pieces))) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
