@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/branchfs/branchfs/kernel"
+	"github.com/branchfs/branchfs/ctl"
 )
 
 // Workloads inside a kernel-path run (sysRun): the run's command is this
@@ -144,11 +144,11 @@ func runWorker() {
 // commitTimed commits the branch name of the mount at mnt through the
 // ioctl and returns the seconds the ioctl took.
 func commitTimed(mnt, name string) float64 {
-	ctl, err := os.Open(filepath.Join(mnt, "@"+name, ".branchfs_ctl"))
+	f, err := os.Open(filepath.Join(mnt, ctl.BranchPrefix+name, ctl.ControlName))
 	must(err)
-	defer ctl.Close()
+	defer f.Close()
 	start := time.Now()
-	must(kernel.Commit(ctl))
+	must(ctl.IoctlCommit(f))
 	return time.Since(start).Seconds()
 }
 

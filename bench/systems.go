@@ -10,7 +10,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/branchfs/branchfs/kernel"
+	"github.com/branchfs/branchfs/ctl"
 	"golang.org/x/sys/unix"
 )
 
@@ -175,11 +175,11 @@ func rssMB(pid int) float64 {
 // createBranch makes a child of the view at root through the ioctl and
 // returns its name and how long the ioctl took.
 func createBranch(root string) (string, time.Duration) {
-	f, err := os.Open(filepath.Join(root, ".branchfs_ctl"))
+	f, err := os.Open(filepath.Join(root, ctl.ControlName))
 	must(err)
 	defer f.Close()
 	start := time.Now()
-	name, err := kernel.Create(f)
+	name, err := ctl.IoctlCreate(f)
 	d := time.Since(start)
 	must(err)
 	return name, d

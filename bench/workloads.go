@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/branchfs/branchfs/kernel"
+	"github.com/branchfs/branchfs/ctl"
 	"golang.org/x/sys/unix"
 )
 
@@ -133,13 +133,13 @@ func (b *bench) commitAbort() {
 		for _, i := range turns(r, len(steps)) {
 			st := steps[i]
 			name, _ := createBranch(mnt)
-			view := filepath.Join(mnt, "@"+name)
+			view := filepath.Join(mnt, ctl.BranchPrefix+name)
 			for k := 0; k < st.files; k++ {
 				makeFile(filepath.Join(view, fmt.Sprintf("delta-%d", k)), st.size)
 			}
-			do := kernel.Commit
+			do := ctl.IoctlCommit
 			if st.action == "abort" {
-				do = kernel.Abort
+				do = ctl.IoctlAbort
 			}
 			settle(b.storeDir("commit"), name)
 			// A client opens the control file, then sends the
@@ -151,12 +151,12 @@ func (b *bench) commitAbort() {
 			// commit 700 instead of 360): timed right after the
 			// sync, the table would compare sync lengths, not
 			// delta sizes. The native floor gets an lstat instead.
-			ctl, err := os.Open(filepath.Join(view, ".branchfs_ctl"))
+			f, err := os.Open(filepath.Join(view, ctl.ControlName))
 			must(err)
 			start := time.Now()
-			must(do(ctl))
+			must(do(f))
 			us[i] = append(us[i], usSince(start))
-			ctl.Close()
+			f.Close()
 			if st.action == "commit" {
 				// The floor: the same files renamed natively, over the
 				// ones of the same size that this step's last round
@@ -220,7 +220,7 @@ func (b *bench) throughput() {
 	br, _ := createBranch(auto)
 	rw := b.startWorker(auto, br)
 	views := []view{
-		{sysNative, base, nil}, {sysMain, auto, nil}, {sysBranch, filepath.Join(auto, "@"+ba), nil},
+		{sysNative, base, nil}, {sysMain, auto, nil}, {sysBranch, filepath.Join(auto, ctl.BranchPrefix+ba), nil},
 		{sysOverlay, ovl, nil}, {sysKOverlay, kovl, nil}, {sysRun, auto, rw},
 	}
 	mb := float64(size) / (1 << 20)
@@ -272,7 +272,7 @@ func (b *bench) throughput() {
 	wrname, _ := createBranch(wr)
 	wrw := b.startWorker(wr, wrname)
 	for _, v := range []view{{sysNative, b.dir("io-wnative"), nil}, {sysMain, wmain, nil},
-		{sysBranch, filepath.Join(wb, "@"+wname), nil}, {sysOverlay, wovl, nil}, {sysKOverlay, wkovl, nil}, {sysRun, wr, wrw}} {
+		{sysBranch, filepath.Join(wb, ctl.BranchPrefix+wname), nil}, {sysOverlay, wovl, nil}, {sysKOverlay, wkovl, nil}, {sysRun, wr, wrw}} {
 		var s []float64
 		for r := 0; r < 3; r++ {
 			p := filepath.Join(v.dir, "out"+strconv.Itoa(r))
@@ -401,7 +401,7 @@ func (b *bench) metadata() {
 	ovl := b.mountOverlay("meta-ovl", base)
 	name, _ := createBranch(mnt)
 	views := []view{{sysNative, base, nil}, {sysMain, mnt, nil},
-		{sysBranch, filepath.Join(mnt, "@"+name), nil}, {sysOverlay, ovl, nil}}
+		{sysBranch, filepath.Join(mnt, ctl.BranchPrefix+name), nil}, {sysOverlay, ovl, nil}}
 	// Systems take turns (see turns). Round 0 fills the caches and is not
 	// counted. A round takes about a third of a second. git status varies
 	// by a tenth from one round to the next here, while branchfs and
@@ -466,7 +466,7 @@ func (b *bench) build() {
 	rname, _ := createBranch(wr)
 	rw := b.startWorker(wr, rname)
 	views := []view{{sysNative, b.dir("build-native"), nil}, {sysMain, wmain, nil},
-		{sysBranch, filepath.Join(wb, "@"+name), nil}, {sysOverlay, wovl, nil}, {sysKOverlay, wkovl, nil},
+		{sysBranch, filepath.Join(wb, ctl.BranchPrefix+name), nil}, {sysOverlay, wovl, nil}, {sysKOverlay, wkovl, nil},
 		{sysRun, wr, rw}}
 	for _, v := range views {
 		root := filepath.Join(v.dir, "go")
@@ -553,7 +553,7 @@ func (b *bench) tree() {
 			case sysBranch:
 				mnt = b.mountBranchfsStore(fmt.Sprintf("tree-%d", r), base, filepath.Join(fs, "store"), "auto")
 				name, _ = createBranch(mnt)
-				d = filepath.Join(mnt, "@"+name, "x")
+				d = filepath.Join(mnt, ctl.BranchPrefix+name, "x")
 			case sysRun:
 				mnt = b.mountBranchfsStore(fmt.Sprintf("tree-run-%d", r), base, filepath.Join(fs, "store"), "auto")
 				name, _ = createBranch(mnt)
@@ -678,7 +678,7 @@ func (b *bench) lookupDepth() {
 	for i, depth := 0, 0; i < len(depths); i++ {
 		for depth < depths[i] {
 			name, _ := createBranch(parent)
-			parent = filepath.Join(mnt, "@"+name)
+			parent = filepath.Join(mnt, ctl.BranchPrefix+name)
 			depth++
 		}
 		views[i] = parent
@@ -720,7 +720,7 @@ func (b *bench) memory() {
 	}
 	b.add("memory", "daemon RSS, 100 live branches", "branchfs", "MB", []float64{rssMB(pid)})
 	for _, name := range names {
-		must(filepath.WalkDir(filepath.Join(mnt, "@"+name), func(p string, d fs.DirEntry, err error) error {
+		must(filepath.WalkDir(filepath.Join(mnt, ctl.BranchPrefix+name), func(p string, d fs.DirEntry, err error) error {
 			if err == nil {
 				_, err = os.Lstat(p)
 			}

@@ -1,6 +1,6 @@
 // Package daemon serves a branchfs mount from a process of its own: the
-// one `branchfs mount` starts, and the one kernel/explore's MountAt starts
-// (the program itself, started again). Serve is the daemon's side, Start
+// one `branchfs mount` starts, and the one MountAt starts (the program
+// itself, started again). Serve is the daemon's side, Start
 // the side that starts it and waits until the mount answers, Unmount the
 // end of it.
 package daemon

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/branchfs/branchfs/kernel"
+	"github.com/branchfs/branchfs/ctl"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,7 +34,7 @@ func createVia(t *testing.T, path string) string {
 	f, err := os.Open(path)
 	must(t, err)
 	defer f.Close()
-	name, err := kernel.Create(f)
+	name, err := ctl.IoctlCreate(f)
 	must(t, err)
 	return name
 }
@@ -234,7 +234,7 @@ func TestConcurrentCommits(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				errs[i] = kernel.Commit(f)
+				errs[i] = ctl.IoctlCommit(f)
 			}()
 		}
 		close(start)
@@ -259,7 +259,7 @@ func TestConcurrentCommits(t *testing.T) {
 		wantContent(t, filepath.Join(m.base, "winner"), winner)
 		for _, v := range views {
 			if filepath.Base(v)[1:] != winner {
-				must(t, ioctl(t, filepath.Join(v, ".branchfs_ctl"), kernel.Abort))
+				must(t, ioctl(t, filepath.Join(v, ".branchfs_ctl"), ctl.IoctlAbort))
 			}
 		}
 	}
@@ -487,8 +487,8 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("duplicate name: exit %d %q", code, errOut)
 	}
 	// Commit and abort of the main view are refused.
-	wantErrno(t, ioctl(t, filepath.Join(m.mnt, "file"), kernel.Commit), syscall.EINVAL)
-	wantErrno(t, ioctl(t, filepath.Join(m.mnt, ".branchfs_ctl"), kernel.Abort), syscall.EINVAL)
+	wantErrno(t, ioctl(t, filepath.Join(m.mnt, "file"), ctl.IoctlCommit), syscall.EINVAL)
+	wantErrno(t, ioctl(t, filepath.Join(m.mnt, ".branchfs_ctl"), ctl.IoctlAbort), syscall.EINVAL)
 	if _, _, code := m.cli("commit", m.mnt); code != 1 {
 		t.Errorf("commit of main view: exit %d", code)
 	}
@@ -584,7 +584,7 @@ func TestBranchPassthroughWriterHoldsCommit(t *testing.T) {
 	must(t, err)
 	_, err = w.WriteAt([]byte("two\n"), 0)
 	must(t, err)
-	wantErrno(t, ioctl(t, b, kernel.Commit), syscall.EBUSY)
+	wantErrno(t, ioctl(t, b, ctl.IoctlCommit), syscall.EBUSY)
 	if _, _, code := m.cli("create", "c", m.mnt, "--parent", "b"); code == 0 {
 		t.Errorf("created a child of a branch with a passthrough writer open")
 	}
@@ -1055,7 +1055,7 @@ func testStaleAtOnce(t *testing.T, mode string) {
 	}
 	os.ReadDir(filepath.Join(b2, "dir"))
 	writeFile(t, filepath.Join(b1, "file"), "b1 wins\n")
-	must(t, ioctl(t, b1, kernel.Commit))
+	must(t, ioctl(t, b1, ctl.IoctlCommit))
 	for i, f := range handles {
 		readOpenedBefore(t, mode, f, []string{"base file\n", "b2\n", "a\n"}[i])
 		if _, err := f.Stat(); !errors.Is(err, syscall.ESTALE) {
@@ -1117,7 +1117,7 @@ func testAbortedAtOnce(t *testing.T, mode string) {
 		t.Fatal(err)
 	}
 	readFile(t, filepath.Join(b, "dir", "a"))
-	must(t, ioctl(t, b, kernel.Abort))
+	must(t, ioctl(t, b, ctl.IoctlAbort))
 	for i, f := range handles {
 		readOpenedBefore(t, mode, f, []string{"base file\n", "mine\n"}[i])
 		if _, err := f.Stat(); !errors.Is(err, syscall.ESTALE) {

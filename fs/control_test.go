@@ -13,7 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/branchfs/branchfs/branch"
-	"github.com/branchfs/branchfs/kernel"
+	"github.com/branchfs/branchfs/ctl"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,11 +31,11 @@ func controlOp(kind, path, op string) error {
 	defer f.Close()
 	switch op {
 	case "create":
-		_, err = kernel.Create(f)
+		_, err = ctl.IoctlCreate(f)
 	case "commit":
-		err = kernel.Commit(f)
+		err = ctl.IoctlCommit(f)
 	case "abort":
-		err = kernel.Abort(f)
+		err = ctl.IoctlAbort(f)
 	default:
 		err = errors.New("unknown ioctl " + op)
 	}
@@ -178,7 +178,7 @@ func TestCreateBadBuffer(t *testing.T) {
 	defer unix.Munmap(ro)
 	for _, addr := range []uintptr{0, uintptr(unsafe.Pointer(&ro[0]))} {
 		err := ioctl(t, m.mnt, func(f *os.File) error {
-			_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), kernel.FS_IOC_BRANCH_CREATE, addr)
+			_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), ctl.FS_IOC_BRANCH_CREATE, addr)
 			return errno
 		})
 		wantErrno(t, err, syscall.EFAULT)
@@ -380,14 +380,14 @@ func TestMountBadPaths(t *testing.T) {
 // generated names never come back, not after a remount either.
 func TestFinishedBranchesLeave(t *testing.T) {
 	m := newMount(t, "")
-	ctl := filepath.Join(m.mnt, ".branchfs_ctl")
+	ctlFile := filepath.Join(m.mnt, ".branchfs_ctl")
 	seen := map[string]bool{}
 	gen := func() string {
 		t.Helper()
-		f, err := os.Open(ctl)
+		f, err := os.Open(ctlFile)
 		must(t, err)
 		defer f.Close()
-		name, err := kernel.Create(f)
+		name, err := ctl.IoctlCreate(f)
 		must(t, err)
 		if seen[name] {
 			t.Fatalf("generated name %s handed out twice", name)
@@ -419,7 +419,7 @@ func TestFinishedBranchesLeave(t *testing.T) {
 	// Many more rounds: the log is compacted as it goes.
 	name := "n" + strings.Repeat("x", 100)
 	for i := 0; i < 1500; i++ {
-		must(t, os.WriteFile(ctl, []byte("create:"+name), 0))
+		must(t, os.WriteFile(ctlFile, []byte("create:"+name), 0))
 		must(t, os.WriteFile(filepath.Join(m.view(name), ".branchfs_ctl"), []byte("abort"), 0))
 	}
 	fi, err := os.Stat(filepath.Join(m.store, "log"))

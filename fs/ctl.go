@@ -10,67 +10,24 @@ import (
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/ctl"
 	"github.com/branchfs/branchfs/internal/lockcheck"
-	"github.com/branchfs/branchfs/kernel"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// The control file at the root of every view takes the same actions as the
-// ioctls, as text: VERB or VERB:ARG, one of the Cmd constants, space around
-// it ignored. Reading it returns the answer to the last command written on
-// that handle (the new name, a Status or a branch.Diff as JSON), or the
-// Status. A name (create:NAME) is taken as written, or, when it starts
-// with a double quote, as a JSON string: a name with space around it, a
-// newline or a leading quote must be written so (QuoteArg).
-
-// Verbs of the control file.
-const (
-	CmdCreate = "create" // create[:NAME]: a child of the view
-	CmdCommit = "commit" // the view into its parent
-	CmdAbort  = "abort"  // abort[:recursive]: the view's branch
-	CmdList   = "list"   // list[:all]: a Status; all adds finished branches
-	CmdDiff   = "diff"   // the view's branch.Diff
-	CmdDelta  = "delta"  // the view's branch.Delta, as JSON
-	// CmdHold holds the view's branch for the caller's kernel-path run
-	// and answers its branch.Layers (hold.go); CmdRelease ends a hold
-	// whose process has exited or asks for it, else fails with EBUSY.
-	CmdHold    = "hold"
-	CmdRelease = "release"
-	// CmdLimit sets the storage limit of the view's branch's own delta,
-	// limit:BYTES (0: none; branch.Store.SetLimit).
-	CmdLimit = "limit"
-	// CmdWatch makes the daemon watch the caller, a run's runner: should
-	// it die with the run unfinished, the daemon ends the run
-	// (watch:WatchArg as JSON; watch.go). CmdUnwatch ends the caller's
-	// watch of the view's branch.
-	CmdWatch   = "watch"
-	CmdUnwatch = "unwatch"
-)
-
-// Args of the verbs that take a fixed one.
-const (
-	ArgRecursive = "recursive"
-	ArgAll       = "all"
-)
-
-// Status is the answer to CmdList.
-type Status struct {
-	View     string        `json:"view"`
-	Base     string        `json:"base"`
-	Store    string        `json:"store"`
-	Branches []branch.Info `json:"branches"`
-}
-
-// ControlIno is the inode number of every control file, clear of real
-// inode numbers: the CLI checks it to tell the control file from a user's
-// file of the same name.
-const ControlIno = 0xffff_0000_0000_0000
+// The control file at the root of every view serves the protocol of
+// package ctl: the same actions as the ioctls, as text (VERB or VERB:ARG,
+// space around it ignored). Reading it returns the answer to the last
+// command written on that handle (the new name, a ctl.Status or a
+// branch.Diff as JSON), or the Status. A name (create:NAME) is taken as
+// written, or, when it starts with a double quote, as a JSON string
+// (ctl.QuoteArg).
 
 func (n *Node) controlInode(ctx context.Context, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	c := &ctlNode{fsys: n.fsys, view: n.view}
 	c.fillAttr(&out.Attr)
-	ino, gen := uint64(ControlIno), n.StableAttr().Gen
+	ino, gen := uint64(ctl.ControlIno), n.StableAttr().Gen
 	return n.NewInode(ctx, c, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino, Gen: gen}), 0
 }
 
@@ -132,7 +89,7 @@ func (h *ctlHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Read
 	defer h.mu.Unlock()
 	if h.resp == nil {
 		var err error
-		if h.resp, err = h.ctl.fsys.command(ctx, h.ctl.view, CmdList); err != nil {
+		if h.resp, err = h.ctl.fsys.command(ctx, h.ctl.view, ctl.CmdList); err != nil {
 			return nil, toErrno(err)
 		}
 	}
@@ -159,7 +116,7 @@ func (h *ctlHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input, ou
 
 func (f *FS) ioctl(ctx context.Context, v *branch.View, cmd uint32, arg uint64, output []byte) (int32, syscall.Errno) {
 	switch cmd {
-	case kernel.FS_IOC_BRANCH_CREATE, kernel.FS_IOC_BRANCH_COMMIT, kernel.FS_IOC_BRANCH_ABORT:
+	case ctl.FS_IOC_BRANCH_CREATE, ctl.FS_IOC_BRANCH_COMMIT, ctl.FS_IOC_BRANCH_ABORT:
 	default:
 		return 0, syscall.ENOTTY
 	}
@@ -167,7 +124,7 @@ func (f *FS) ioctl(ctx context.Context, v *branch.View, cmd uint32, arg uint64, 
 		return 0, toErrno(err)
 	}
 	switch cmd {
-	case kernel.FS_IOC_BRANCH_CREATE:
+	case ctl.FS_IOC_BRANCH_CREATE:
 		// The kernel copies the name out after the reply; a buffer it
 		// cannot write to must fail before the branch exists.
 		if errno := callerBufferWritable(ctx, arg, len(output)); errno != 0 {
@@ -180,9 +137,9 @@ func (f *FS) ioctl(ctx context.Context, v *branch.View, cmd uint32, arg uint64, 
 		clear(output)
 		copy(output[:len(output)-1], name)
 		return 0, 0
-	case kernel.FS_IOC_BRANCH_COMMIT:
+	case ctl.FS_IOC_BRANCH_COMMIT:
 		return 0, toErrno(f.commit(v))
-	case kernel.FS_IOC_BRANCH_ABORT:
+	case ctl.FS_IOC_BRANCH_ABORT:
 		return 0, toErrno(f.abort(v, false))
 	}
 	return 0, syscall.ENOTTY
@@ -195,37 +152,37 @@ func (f *FS) command(ctx context.Context, v *branch.View, cmd string) ([]byte, e
 	}
 	verb, arg, _ := strings.Cut(cmd, ":")
 	switch {
-	case verb == CmdCreate:
-		name, err := UnquoteArg(arg)
+	case verb == ctl.CmdCreate:
+		name, err := ctl.UnquoteArg(arg)
 		if err != nil {
 			return nil, err
 		}
 		name, err = f.create(v, name)
 		return []byte(name + "\n"), err
-	case verb == CmdCommit && arg == "":
+	case verb == ctl.CmdCommit && arg == "":
 		return nil, f.commit(v)
-	case verb == CmdAbort && (arg == "" || arg == ArgRecursive):
-		return nil, f.abort(v, arg == ArgRecursive)
-	case verb == CmdList && (arg == "" || arg == ArgAll):
-		st := Status{View: v.Name(), Base: f.store.Base(), Store: f.store.Dir(), Branches: f.store.List(arg == ArgAll)}
+	case verb == ctl.CmdAbort && (arg == "" || arg == ctl.ArgRecursive):
+		return nil, f.abort(v, arg == ctl.ArgRecursive)
+	case verb == ctl.CmdList && (arg == "" || arg == ctl.ArgAll):
+		st := ctl.Status{View: v.Name(), Base: f.store.Base(), Store: f.store.Dir(), Branches: f.store.List(arg == ctl.ArgAll)}
 		return json.MarshalIndent(&st, "", "  ")
-	case verb == CmdHold && arg == "":
+	case verb == ctl.CmdHold && arg == "":
 		return f.hold(ctx, v)
-	case verb == CmdRelease && arg == "":
+	case verb == ctl.CmdRelease && arg == "":
 		return nil, f.releaseCmd(ctx, v)
-	case verb == CmdWatch:
+	case verb == ctl.CmdWatch:
 		return nil, f.watch(ctx, v, arg)
-	case verb == CmdUnwatch && arg == "":
+	case verb == ctl.CmdUnwatch && arg == "":
 		return nil, f.unwatch(ctx, v)
-	case verb == CmdLimit:
+	case verb == ctl.CmdLimit:
 		return nil, f.limit(v, arg)
-	case verb == CmdDiff && arg == "":
+	case verb == ctl.CmdDiff && arg == "":
 		d, err := f.store.Diff(v.Name())
 		if err != nil {
 			return nil, err
 		}
 		return json.MarshalIndent(d, "", "  ")
-	case verb == CmdDelta && arg == "":
+	case verb == ctl.CmdDelta && arg == "":
 		d, err := f.store.Delta(v.Name())
 		if err != nil {
 			return nil, err
@@ -233,26 +190,6 @@ func (f *FS) command(ctx context.Context, v *branch.View, cmd string) ([]byte, e
 		return json.Marshal(d)
 	}
 	return nil, fmt.Errorf("unknown control command %q: %w", cmd, syscall.EINVAL)
-}
-
-// QuoteArg is a name as a control command's argument: a JSON string,
-// which carries any name.
-func QuoteArg(name string) string {
-	q, _ := json.Marshal(name)
-	return string(q)
-}
-
-// UnquoteArg undoes QuoteArg; an argument that starts with no double
-// quote is taken as it is.
-func UnquoteArg(arg string) (string, error) {
-	if !strings.HasPrefix(arg, `"`) {
-		return arg, nil
-	}
-	var name string
-	if err := json.Unmarshal([]byte(arg), &name); err != nil {
-		return "", fmt.Errorf("%w: bad quoted name %s", branch.ErrInvalidName, arg)
-	}
-	return name, nil
 }
 
 // limit sets the storage limit of v's branch to arg bytes.
@@ -282,8 +219,8 @@ func (f *FS) create(v *branch.View, name string) (string, error) {
 	// The kernel caches no negative entry for a branch name (Lookup), but
 	// it may hold a base file of that name, or a gone view's root that
 	// something still holds (a working directory there).
-	if f.root.GetChild(BranchPrefix+child.Name()) != nil {
-		f.loop.ServeWhile(func() { f.root.NotifyEntry(BranchPrefix + child.Name()) })
+	if f.root.GetChild(ctl.BranchPrefix+child.Name()) != nil {
+		f.loop.ServeWhile(func() { f.root.NotifyEntry(ctl.BranchPrefix + child.Name()) })
 	}
 	f.branchesChanged()
 	return child.Name(), nil

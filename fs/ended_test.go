@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/branchfs/branchfs/kernel"
+	"github.com/branchfs/branchfs/ctl"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,10 +43,10 @@ func TestEndedViewUnlinkedOpenFile(t *testing.T) {
 			var st unix.Stat_t
 			must(t, unix.Fstat(int(f.Fd()), &st)) // attributes cached again
 			if how == "abort" {
-				must(t, ioctl(t, b, kernel.Abort))
+				must(t, ioctl(t, b, ctl.IoctlAbort))
 			} else {
 				writeFile(t, filepath.Join(other, "x"), "x\n")
-				must(t, ioctl(t, other, kernel.Commit))
+				must(t, ioctl(t, other, ctl.IoctlCommit))
 			}
 			if err := unix.Fstat(int(f.Fd()), &st); !errors.Is(err, syscall.ESTALE) {
 				t.Errorf("fstat of an unlinked file held open: %v, want ESTALE", err)
@@ -104,7 +104,7 @@ func copyInFlight(t *testing.T) (m *mount, b string, done <-chan error) {
 // the base after that: the commit holds all of the branch or none of it.
 func TestCopyRangeEndsWithCommit(t *testing.T) {
 	m, b, done := copyInFlight(t)
-	must(t, ioctl(t, b, kernel.Commit))
+	must(t, ioctl(t, b, ctl.IoctlCommit))
 	var st unix.Stat_t
 	must(t, unix.Stat(filepath.Join(m.base, "copy"), &st))
 	atCommit := st.Size
@@ -150,9 +150,9 @@ func TestSameNameAfterEnd(t *testing.T) {
 				must(t, err)
 				readFile(t, filepath.Join(b, "dir", "a"))
 				if how == "abort" {
-					must(t, ioctl(t, b, kernel.Abort))
+					must(t, ioctl(t, b, ctl.IoctlAbort))
 				} else {
-					must(t, ioctl(t, b, kernel.Commit))
+					must(t, ioctl(t, b, ctl.IoctlCommit))
 				}
 				b2 := m.create("b")
 				writeFile(t, filepath.Join(b2, "dir", "new"), "new\n")
@@ -164,7 +164,7 @@ func TestSameNameAfterEnd(t *testing.T) {
 					t.Errorf("round %d: a name below the old branch's held directory: %v, want ESTALE", i, err)
 				}
 				wd.Close()
-				must(t, ioctl(t, b2, kernel.Abort))
+				must(t, ioctl(t, b2, ctl.IoctlAbort))
 				if how == "commit" {
 					must(t, os.Remove(filepath.Join(m.base, "dir", "mine")))
 				}
@@ -186,7 +186,7 @@ func TestEndedViewSubdirOpen(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(b, "dir", "sub")); err != nil {
 			t.Fatal(err)
 		}
-		must(t, ioctl(t, b, kernel.Abort))
+		must(t, ioctl(t, b, ctl.IoctlAbort))
 		fd, err := unix.Openat(int(wd.Fd()), "sub", unix.O_RDONLY|unix.O_DIRECTORY, 0)
 		if err == nil {
 			opened++

@@ -38,17 +38,12 @@ import (
 	"time"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/ctl"
 	"github.com/branchfs/branchfs/fs/transport"
 	"github.com/branchfs/branchfs/internal/lockcheck"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
-
-// ControlName is the control file at the root of every view.
-const ControlName = ".branchfs_ctl"
-
-// BranchPrefix starts the name of a branch view in the mount root.
-const BranchPrefix = "@"
 
 // Passthrough says where the kernel may read files directly.
 type Passthrough string
@@ -207,7 +202,7 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		return nil, err
 	}
 	f.loop = loop
-	loop.SlowFiles(ControlIno) // commands, which may wait for the store's lock
+	loop.SlowFiles(ctl.ControlIno) // commands, which may wait for the store's lock
 	go loop.Serve()
 	return f, nil
 }

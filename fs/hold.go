@@ -13,12 +13,13 @@ import (
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/ctl"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
 
 // Holds of kernel-path runs (branch/hold.go). The process that writes
-// CmdHold to a branch's control file (a run's first process, which then
+// ctl.CmdHold to a branch's control file (a run's first process, which then
 // mounts overlayfs over the layers it gets) holds the branch until it is
 // gone: the daemon keeps a pidfd of it, releases the hold when it exits,
 // and kills it when the branch goes stale or is aborted, since the kernel
@@ -35,7 +36,7 @@ type holder struct {
 }
 
 // hold holds view v's branch for the caller and returns the layers, as
-// JSON, for CmdHold.
+// JSON, for ctl.CmdHold.
 func (f *FS) hold(ctx context.Context, v *branch.View) ([]byte, error) {
 	tgid, err := callerProcess(ctx)
 	if err != nil {
@@ -145,7 +146,7 @@ func (f *FS) release(h *holder) {
 	})
 }
 
-// releaseCmd answers CmdRelease: the hold of v's branch ends now if its
+// releaseCmd answers ctl.CmdRelease: the hold of v's branch ends now if its
 // process has exited or is the caller (a run that could not mount
 // overlayfs after all, and goes on with the view); else EBUSY.
 func (f *FS) releaseCmd(ctx context.Context, v *branch.View) error {
@@ -184,8 +185,8 @@ func (f *FS) killHolders(names []string) {
 // name, which stays valid: names present and missing, attributes, and the
 // pages of files, open ones included; the next access asks the daemon.
 func (f *FS) viewChanged(name string) {
-	if f.root.GetChild(BranchPrefix+name) != nil {
-		f.root.NotifyEntry(BranchPrefix + name)
+	if f.root.GetChild(ctl.BranchPrefix+name) != nil {
+		f.root.NotifyEntry(ctl.BranchPrefix + name)
 	}
 	if r := f.viewRoot(name); r != nil {
 		notifyTree(&r.Inode)

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/ctl"
 	"github.com/branchfs/branchfs/fs/transport"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 )
@@ -59,8 +60,8 @@ func (f *FS) viewFailing(name string) {
 	// holds, present or missing (only this reaches the missing ones), and
 	// makes the kernel evict their inodes, pages included: that is most of
 	// the cost.
-	if f.root.GetChild(BranchPrefix+name) != nil {
-		f.root.NotifyEntry(BranchPrefix + name)
+	if f.root.GetChild(ctl.BranchPrefix+name) != nil {
+		f.root.NotifyEntry(ctl.BranchPrefix + name)
 	}
 	// What remains is held: open files, working directories and the
 	// directories above them.
@@ -88,7 +89,7 @@ func (f *FS) viewsEnded(names []string) {
 	}
 	var later []ended
 	for _, name := range names {
-		if !f.loop.ExpireEntry(transport.RootID, BranchPrefix+name) {
+		if !f.loop.ExpireEntry(transport.RootID, ctl.BranchPrefix+name) {
 			f.viewFailing(name)
 			continue
 		}
@@ -105,8 +106,8 @@ func (f *FS) viewsEnded(names []string) {
 	// kernel may wait for a directory lock a request holds.
 	go func() {
 		for _, e := range later {
-			if f.root.GetChild(BranchPrefix+e.name) == &e.root.Inode {
-				f.root.NotifyEntry(BranchPrefix + e.name)
+			if f.root.GetChild(ctl.BranchPrefix+e.name) == &e.root.Inode {
+				f.root.NotifyEntry(ctl.BranchPrefix + e.name)
 			}
 			notifyTree(&e.root.Inode)
 		}
@@ -152,7 +153,7 @@ func (f *FS) notifyOpen(name string) {
 // holds, or nil: the one in the mount root's tree, which is the one
 // go-fuse answered the kernel's lookups with.
 func (f *FS) viewRoot(name string) *Node {
-	if c := f.root.GetChild(BranchPrefix + name); c != nil {
+	if c := f.root.GetChild(ctl.BranchPrefix + name); c != nil {
 		if n, ok := c.Operations().(*Node); ok && n.viewRoot && n.view.Name() == name {
 			return n
 		}

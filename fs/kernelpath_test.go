@@ -315,7 +315,7 @@ func compareFull(a, b string, dirLinks bool) string {
 	return ""
 }
 
-// TestHoldControl: a hold (CmdHold) makes the view read-only for as long
+// TestHoldControl: a hold (ctl.CmdHold) makes the view read-only for as long
 // as its process lives or until it releases it itself; another process's
 // release fails with EBUSY while it lives. A run whose overlayfs mount
 // fails after the hold goes on with the view this way.

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/branchfs/branchfs/kernel"
+	"github.com/branchfs/branchfs/ctl"
 	"golang.org/x/sys/unix"
 )
 
@@ -228,7 +228,7 @@ func TestListingBesideBranchChanges(t *testing.T) {
 					return err
 				}
 				defer f.Close()
-				name, err = kernel.Create(f)
+				name, err = ctl.IoctlCreate(f)
 				return err
 			}) && step("abort @"+name, func() error {
 				return os.WriteFile(filepath.Join(m.view(name), ".branchfs_ctl"), []byte("abort"), 0)

@@ -5,6 +5,7 @@ import (
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/ctl"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -49,7 +50,7 @@ func (h *dirHandle) list() syscall.Errno {
 	h.ents = make([]branch.DirEntry, 0, len(ents)+2)
 	h.ents = append(h.ents, branch.DirEntry{Name: ".", Type: syscall.DT_DIR}, branch.DirEntry{Name: "..", Type: syscall.DT_DIR})
 	for _, d := range ents {
-		if !(n.viewRoot && d.Name == ControlName) {
+		if !(n.viewRoot && d.Name == ctl.ControlName) {
 			h.ents = append(h.ents, d)
 		}
 	}
@@ -57,7 +58,7 @@ func (h *dirHandle) list() syscall.Errno {
 		// Without attributes: READDIRPLUS leaves them to a lookup.
 		ino := n.StableAttr().Ino
 		for _, name := range n.fsys.store.LiveNamesLocked() {
-			h.ents = append(h.ents, branch.DirEntry{Name: BranchPrefix + name, Type: syscall.DT_DIR, Ino: ino})
+			h.ents = append(h.ents, branch.DirEntry{Name: ctl.BranchPrefix + name, Type: syscall.DT_DIR, Ino: ino})
 		}
 	}
 	return 0

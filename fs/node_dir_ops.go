@@ -5,6 +5,7 @@ import (
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/ctl"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -17,7 +18,7 @@ func caller(ctx context.Context) branch.Owner {
 }
 
 // reserved refuses to create or remove the control file's name.
-func (n *Node) reserved(name string) bool { return n.viewRoot && name == ControlName }
+func (n *Node) reserved(name string) bool { return n.viewRoot && name == ctl.ControlName }
 
 // makeChild runs one of the calls that create an entry and returns its inode.
 func (n *Node) makeChild(ctx context.Context, name string, out *fuse.EntryOut, make func(rel string) (*branch.Entry, error)) (*gofs.Inode, syscall.Errno) {

@@ -7,17 +7,18 @@ import (
 	"time"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/ctl"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	if n.viewRoot {
-		if name == ControlName {
+		if name == ctl.ControlName {
 			return n.controlInode(ctx, out)
 		}
-		if n.view.IsMain() && strings.HasPrefix(name, BranchPrefix) {
-			in, errno := n.lookupBranch(ctx, name[len(BranchPrefix):], out)
+		if n.view.IsMain() && strings.HasPrefix(name, ctl.BranchPrefix) {
+			in, errno := n.lookupBranch(ctx, name[len(ctl.BranchPrefix):], out)
 			if errno == syscall.ENOENT {
 				in, errno = n.lookupEntry(ctx, name, out)
 			}
@@ -87,7 +88,7 @@ func (n *Node) lookupBranch(ctx context.Context, name string, out *fuse.EntryOut
 	// kernel does not know, and the notifications for the view go to the
 	// node in the tree (FS.viewRoot). go-fuse would answer with the old
 	// node ID anyway, since the identity is the same, and drop the new one.
-	if c := n.GetChild(BranchPrefix + name); c != nil {
+	if c := n.GetChild(ctl.BranchPrefix + name); c != nil {
 		if cn, ok := c.Operations().(*Node); ok && cn.viewRoot && cn.view == v {
 			return c, 0
 		}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/ctl"
 )
 
 // The kernel keeps every inode it looked up until memory pressure makes it
@@ -92,6 +93,6 @@ func (f *FS) trim() {
 			return
 		}
 		dropped[victim] = true
-		f.root.NotifyEntry(BranchPrefix + victim.Name())
+		f.root.NotifyEntry(ctl.BranchPrefix + victim.Name())
 	}
 }

@@ -10,39 +10,30 @@ import (
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/ctl"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
 
-// Runs whose runner asked to be watched (CmdWatch). A run's processes end
+// Runs whose runner asked to be watched (ctl.CmdWatch). A run's processes end
 // with its runner (the run's first process dies with it), but its branch
 // and cgroup would wait for a reaper: the runner's janitor, or the next
 // branchfs command, and until then the branch's parent is read-only. So
 // the runner registers each run here: the daemon keeps a pidfd of the
 // runner, and when the runner exits with runs still registered, it kills
 // each one's cgroup and aborts (or keeps) its branch at once. A runner
-// that ends a run itself unregisters it (CmdUnwatch) first.
-
-// WatchArg is CmdWatch's argument.
-type WatchArg struct {
-	// Abort: abort the branch should the runner die (a branch the run
-	// made); else keep it (a branch it was given).
-	Abort bool `json:"abort,omitempty"`
-	// Cgroup is the run's cgroup v2, to kill should the runner die: a
-	// cgroup of runs (branchfs.runs/NAME) that the caller owns.
-	Cgroup string `json:"cgroup,omitempty"`
-}
+// that ends a run itself unregisters it (ctl.CmdUnwatch) first.
 
 // runner is a watched process and its runs, by view.
 type runner struct {
 	pid   int
 	pidfd int
-	runs  map[*branch.View]WatchArg
+	runs  map[*branch.View]ctl.WatchArg
 }
 
 // watch registers the caller as the runner of a run in v's branch.
 func (f *FS) watch(ctx context.Context, v *branch.View, arg string) error {
-	var w WatchArg
+	var w ctl.WatchArg
 	if err := json.Unmarshal([]byte(arg), &w); err != nil {
 		return fmt.Errorf("watch: bad argument %q: %w", arg, syscall.EINVAL)
 	}
@@ -70,7 +61,7 @@ func (f *FS) watch(ctx context.Context, v *branch.View, arg string) error {
 		if err != nil {
 			return fmt.Errorf("watch: %w", err)
 		}
-		r = &runner{pid: pid, pidfd: pidfd, runs: map[*branch.View]WatchArg{}}
+		r = &runner{pid: pid, pidfd: pidfd, runs: map[*branch.View]ctl.WatchArg{}}
 		if f.runners == nil {
 			f.runners = map[int]*runner{}
 		}

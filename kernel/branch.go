@@ -1,3 +1,7 @@
+// Package kernel holds the Go bindings of the branch() system call of the
+// kernel patches in prototype/patches: its numbers, its argument layouts,
+// and the calls. The FS_IOC_BRANCH_* ioctls that a branchfs daemon answers
+// are package ctl's.
 package kernel
 
 import (
@@ -147,18 +151,31 @@ func BranchCreate(mnt *os.File, n int, flags uint32) (int, []Child, error) {
 	return 0, children, nil
 }
 
-// BranchCommit commits the caller's branch; syscall.ESTALE when a sibling
-// won. On success every sibling and its descendants are killed.
-func BranchCommit() error {
-	attr := EndAttr{CtlFd: -1}
-	_, err := Branch(BR_COMMIT, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
-	return err
+// endAttr is the attribute of commit and abort: the caller's branch.
+var endAttr = EndAttr{CtlFd: -1}
+
+// BranchCommit commits the caller's branch and returns 0, or the errno:
+// syscall.ESTALE when a sibling won. On success every sibling and its
+// descendants are killed.
+//
+// BranchCommit and BranchAbort are for a child of BranchCreate, which
+// must run no Go runtime code: they make the system call and nothing else
+// (no stack growth, no interface value, no check of the kernel, which
+// BranchCreate made). A child that called a wrapper without these limits
+// hung in the guest, as a child of a threaded program that takes a lock
+// another thread held at the fork does.
+//
+//go:nosplit
+func BranchCommit() syscall.Errno {
+	_, _, errno := unix.RawSyscall(SysBranch, BR_COMMIT, uintptr(unsafe.Pointer(&endAttr)), unsafe.Sizeof(endAttr))
+	return errno
 }
 
 // BranchAbort drops the caller's branch, ends every other task in it and
-// ends the caller as if killed by SIGABRT; it returns only on error.
-func BranchAbort() error {
-	attr := EndAttr{CtlFd: -1}
-	_, err := Branch(BR_ABORT, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
-	return err
+// ends the caller as if killed by SIGABRT; it returns only with an errno.
+//
+//go:nosplit
+func BranchAbort() syscall.Errno {
+	_, _, errno := unix.RawSyscall(SysBranch, BR_ABORT, uintptr(unsafe.Pointer(&endAttr)), unsafe.Sizeof(endAttr))
+	return errno
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/branchfs/branchfs/ctl"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,7 +48,6 @@ func TestBranchFromGo(t *testing.T) {
 		paths[i] = []byte(filepath.Join(mnt, "go-"+strconv.Itoa(i+1)+".txt") + "\x00")
 	}
 	data := []byte("from go\n")
-	commit := EndAttr{CtlFd: -1}
 
 	dir, err := os.Open(mnt)
 	if err != nil {
@@ -72,8 +72,7 @@ func TestBranchFromGo(t *testing.T) {
 		if e == 0 {
 			unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&data[0])), uintptr(len(data)))
 			unix.RawSyscall(unix.SYS_CLOSE, fd, 0, 0)
-			_, _, e = unix.RawSyscall(SysBranch, BR_COMMIT, uintptr(unsafe.Pointer(&commit)), unsafe.Sizeof(commit))
-			switch e {
+			switch BranchCommit() {
 			case 0:
 				code = 0
 			case unix.ESTALE:
@@ -110,7 +109,7 @@ func TestBranchFromGo(t *testing.T) {
 	for i, c := range children {
 		if i+1 != winner {
 			if v, err := os.Open(filepath.Join(mnt, "@"+c.Name)); err == nil {
-				Abort(v)
+				ctl.IoctlAbort(v)
 				v.Close()
 			}
 		}
@@ -125,4 +124,51 @@ func TestBranchFromGo(t *testing.T) {
 		}
 	}
 	os.Remove(filepath.Join(mnt, "go-"+strconv.Itoa(winner)+".txt"))
+}
+
+// TestBranchAbortFromGo: a child of branch() that calls BranchAbort ends
+// as if killed by SIGABRT, and what it wrote goes with its branch.
+func TestBranchAbortFromGo(t *testing.T) {
+	mnt := os.Getenv("BRANCHFS_GUEST_MNT")
+	if mnt == "" || Available() != nil {
+		t.Skip("needs the patched kernel and BRANCHFS_GUEST_MNT (make qemu-test)")
+	}
+	path := []byte(filepath.Join(mnt, "go-aborted.txt") + "\x00")
+	dir, err := os.Open(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	idx, children, err := BranchCreate(dir, 1, BR_FS)
+	if idx > 0 {
+		// As in TestBranchFromGo, the child makes system calls only.
+		fd, _, e := unix.RawSyscall(unix.SYS_OPEN, uintptr(unsafe.Pointer(&path[0])),
+			unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, 0o644)
+		code := 16 + uintptr(e)
+		if e == 0 {
+			unix.RawSyscall(unix.SYS_CLOSE, fd, 0, 0)
+			code = 16 + uintptr(BranchAbort()) // returns only with an errno
+		}
+		unix.RawSyscall(unix.SYS_EXIT_GROUP, code, 0, 0)
+	}
+	if err != nil {
+		t.Fatalf("BranchCreate: %v", err)
+	}
+	c := children[0]
+	unix.Close(c.Pidfd)
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(c.Pid, &ws, unix.WALL, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !ws.Signaled() || ws.Signal() != unix.SIGABRT {
+		t.Fatalf("the child (branch %s) ended with %#x, want SIGABRT (exit 16+N: errno N)", c.Name, ws)
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "go-aborted.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the aborted branch's file in the base: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "@"+c.Name)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the aborted branch's view: %v", err)
+	}
 }

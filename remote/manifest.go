@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/ctl"
 	"golang.org/x/sys/unix"
 )
 
@@ -229,15 +230,11 @@ func checkPath(p string) error {
 		}
 	}
 	// The control file answers at the root of every view.
-	if p == controlName {
+	if p == ctl.ControlName {
 		return fmt.Errorf("%s is the control file's name", p)
 	}
 	return nil
 }
-
-// controlName is fs.ControlName, which this package does not import (it
-// imports no FUSE).
-const controlName = ".branchfs_ctl"
 
 func (e *Entry) check() error {
 	if e.Base.Type != absent && modeOf(e.Base.Type) == 0 {

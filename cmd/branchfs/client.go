@@ -4,24 +4,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 
 	"github.com/branchfs/branchfs/branch"
-	"github.com/branchfs/branchfs/fs"
-	"github.com/branchfs/branchfs/kernel"
+	"github.com/branchfs/branchfs/ctl"
 	"github.com/branchfs/branchfs/kernel/explore"
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 )
-
-const fuseSuperMagic = 0x65735546
 
 // findView returns the root of the view that holds p (MNT or MNT/@NAME)
 // and its branch name. It reads the mount table instead of looking for a
@@ -36,17 +30,18 @@ func findView(p string) (root, name string, err error) {
 	// the mount table does not show.
 	if r, _ := runRoot(); r != "" && (abs == r || strings.HasPrefix(abs, r+"/")) {
 		first, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(abs, r), "/"), "/")
-		if name, ok := strings.CutPrefix(first, fs.BranchPrefix); ok {
+		if name, ok := strings.CutPrefix(first, ctl.BranchPrefix); ok {
 			return filepath.Join(r, first), name, nil
 		}
 		return r, branch.MainName, nil
 	}
-	abs = resolvePrefix(abs)
-	mnt, fstype, err := enclosingMount(abs)
+	abs = ctl.ResolvePrefix(abs)
+	me, err := ctl.EnclosingMount(abs)
 	if err != nil {
 		return "", "", err
 	}
-	if fstype != "fuse.branchfs" {
+	mnt := me.Point
+	if me.FSType != ctl.FSType {
 		return "", "", fmt.Errorf("%s is not inside a branchfs mount", p)
 	}
 	if err := checkStore(mnt); err != nil {
@@ -54,17 +49,17 @@ func findView(p string) (root, name string, err error) {
 	}
 	rel := strings.TrimPrefix(strings.TrimPrefix(abs, mnt), "/")
 	first, _, _ := strings.Cut(rel, "/")
-	if strings.HasPrefix(first, fs.BranchPrefix) {
-		return filepath.Join(mnt, first), first[len(fs.BranchPrefix):], nil
+	if strings.HasPrefix(first, ctl.BranchPrefix) {
+		return filepath.Join(mnt, first), first[len(ctl.BranchPrefix):], nil
 	}
 	return mnt, branch.MainName, nil
 }
 
 // runRoot is, inside a run, where its commands reach the main view
-// (explore.EnvRoot) and the mount point, which shows the run's branch
-// (explore.EnvView); "" elsewhere.
+// (ctl.EnvRoot) and the mount point, which shows the run's branch
+// (ctl.EnvView); "" elsewhere.
 func runRoot() (root, view string) {
-	root, view = os.Getenv(explore.EnvRoot), os.Getenv(explore.EnvView)
+	root, view = os.Getenv(ctl.EnvRoot), os.Getenv(ctl.EnvView)
 	if root == "" || view == "" {
 		return "", ""
 	}
@@ -72,14 +67,14 @@ func runRoot() (root, view string) {
 }
 
 // viewPath is where branch name's view is, for the mount at mnt: MNT/@NAME,
-// or inside a run whose mount point mnt is, under explore.EnvRoot.
+// or inside a run whose mount point mnt is, under ctl.EnvRoot.
 func viewPath(mnt, name string) string {
 	if r, v := runRoot(); r != "" {
-		if abs, err := filepath.Abs(mnt); err == nil && resolvePrefix(abs) == resolvePrefix(v) {
-			return filepath.Join(r, fs.BranchPrefix+name)
+		if abs, err := filepath.Abs(mnt); err == nil && ctl.ResolvePrefix(abs) == ctl.ResolvePrefix(v) {
+			return filepath.Join(r, ctl.BranchPrefix+name)
 		}
 	}
-	return filepath.Join(mnt, fs.BranchPrefix+name)
+	return filepath.Join(mnt, ctl.BranchPrefix+name)
 }
 
 // storeArg is --store (--storage) of the commands that act on a mount
@@ -105,42 +100,14 @@ func checkStore(mnt string) error {
 	if storeArg == "" {
 		return nil
 	}
-	st, err := readStatus(mnt, false)
+	st, err := ctl.ReadStatus(mnt, false)
 	if err != nil {
 		return fmt.Errorf("%s: %w", mnt, err)
 	}
-	if !sameDir(st.Store, storeArg) {
+	if !ctl.SameDir(st.Store, storeArg) {
 		return fmt.Errorf("the mount at %s keeps its branches in %s, not in --store %s", mnt, st.Store, storeArg)
 	}
 	return nil
-}
-
-// sameDir reports whether a and b are one directory.
-func sameDir(a, b string) bool {
-	var sa, sb unix.Stat_t
-	return unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Dev == sb.Dev && sa.Ino == sb.Ino
-}
-
-// mountOfStore finds the mount point of the branchfs mount that keeps its
-// branches in store: for list --store without MNT, as the reference's
-// list takes it.
-func mountOfStore(store string) (string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		sep := slices.Index(fields, "-")
-		if len(fields) < 5 || sep < 0 || sep+1 >= len(fields) || fields[sep+1] != "fuse.branchfs" {
-			continue
-		}
-		mnt := unescapeMountinfo(fields[4])
-		if st, err := readStatus(mnt, false); err == nil && sameDir(st.Store, store) {
-			return mnt, nil
-		}
-	}
-	return "", fmt.Errorf("no branchfs mount keeps its branches in %s", store)
 }
 
 // mountRoot returns the root of the branchfs mount that holds p, and the
@@ -165,7 +132,7 @@ func mountPoint(p string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if resolvePrefix(abs) != mnt {
+	if ctl.ResolvePrefix(abs) != mnt {
 		return "", fmt.Errorf("%s is inside the branchfs mount at %s; give the mount point", p, mnt)
 	}
 	return mnt, nil
@@ -180,121 +147,15 @@ func openMount(dir string) (*explore.Mount, error) {
 	return explore.Open(dir)
 }
 
-// resolvePrefix resolves the symbolic links of the longest prefix of abs
-// that resolves: further down, a stale branch answers ESTALE.
-func resolvePrefix(abs string) string {
-	rest := ""
-	for d := abs; ; d = filepath.Dir(d) {
-		if r, err := filepath.EvalSymlinks(d); err == nil {
-			return filepath.Join(r, rest)
-		}
-		if d == "/" {
-			return abs
-		}
-		rest = filepath.Join(filepath.Base(d), rest)
-	}
-}
-
-// enclosingMount finds the mount point in /proc/self/mountinfo that holds
-// abs, and its filesystem type.
-func enclosingMount(abs string) (mnt, fstype string, err error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return "", "", err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
-		fields := strings.Fields(line)
-		sep := slices.Index(fields, "-")
-		if len(fields) < 5 || sep < 0 || sep+1 >= len(fields) {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if (abs == mp || strings.HasPrefix(abs, strings.TrimSuffix(mp, "/")+"/")) && len(mp) >= len(mnt) {
-			// Later lines are mounts made later, over earlier ones.
-			mnt, fstype = mp, fields[sep+1]
-		}
-	}
-	return mnt, fstype, nil
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space) of
-// /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// openControl opens a view's control file, making sure it is the daemon's:
-// its inode number is one no file of a view has.
-func openControl(viewRoot string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(viewRoot, fs.ControlName), os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	var st unix.Stat_t
-	var sfs unix.Statfs_t
-	if unix.Fstat(int(f.Fd()), &st) != nil || st.Ino != fs.ControlIno || st.Mode&unix.S_IFMT != unix.S_IFREG ||
-		unix.Fstatfs(int(f.Fd()), &sfs) != nil || sfs.Type != fuseSuperMagic {
-		f.Close()
-		return nil, fmt.Errorf("%s is not a branchfs view", viewRoot)
-	}
-	return f, nil
-}
-
-// control writes one command to a view's control file and returns the answer.
-func control(viewRoot, cmd string) ([]byte, error) {
-	f, err := openControl(viewRoot)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if _, err := f.Write([]byte(cmd)); err != nil {
-		return nil, unwrapErrno(err)
-	}
-	return io.ReadAll(io.NewSectionReader(f, 0, 1<<30))
-}
-
 // setLimit gives the branch whose view is view, just created, a storage
 // limit of max bytes, or else aborts it: a branch without the limit asked
 // for is not what was asked.
 func setLimit(view string, max int64) error {
-	_, err := control(view, fs.CmdLimit+":"+strconv.FormatInt(max, 10))
+	_, err := ctl.Command(view, ctl.CmdLimit+":"+strconv.FormatInt(max, 10))
 	if err != nil {
-		control(view, fs.CmdAbort)
+		ctl.Command(view, ctl.CmdAbort)
 	}
 	return err
-}
-
-func unwrapErrno(err error) error {
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		return errno
-	}
-	return err
-}
-
-func readStatus(viewRoot string, all bool) (*fs.Status, error) {
-	cmd := fs.CmdList
-	if all {
-		cmd += ":" + fs.ArgAll
-	}
-	data, err := control(viewRoot, cmd)
-	if err != nil {
-		return nil, err
-	}
-	var st fs.Status
-	return &st, json.Unmarshal(data, &st)
 }
 
 // branchAt finds the view root and branch name for a path inside MNT/@NAME.
@@ -308,45 +169,6 @@ func branchAt(p, op string) (string, string, error) {
 	}
 	return root, name, nil
 }
-
-// explain turns the errno the daemon answered into one line naming the
-// branch and the cause; the errno stays reachable for the exit status.
-func explain(op, name string, err error) error {
-	var errno syscall.Errno
-	if !errors.As(err, &errno) {
-		return fmt.Errorf("%s %s: %w", op, branch.Quote(name), err)
-	}
-	msg := errno.Error()
-	// A commit's ENOSPC, EROFS, EEXIST or EPERM is its filesystem's (a
-	// full disk, an immutable file), not a branch error of that errno.
-	commitErr := errno == syscall.ESTALE || errno == syscall.EBUSY || errno == syscall.EINVAL ||
-		errno == syscall.EUCLEAN || errno == syscall.ENOENT || errno == syscall.EIDRM
-	if e := branch.ErrorOf(errno); e != nil && (op != "commit" || commitErr) {
-		msg = e.Error()
-	}
-	if op == "create" && errno == syscall.EBUSY {
-		// The new branch would see writes that still reach its parent,
-		// through passthrough or a kernel-path run's overlayfs.
-		msg = "the parent is busy: files are open for writing with passthrough in it, or a kernel-path run holds it (a run inside a run needs the outer one on --data-path fuse)"
-	}
-	switch {
-	case op == "commit" && (errno == syscall.ENOTCONN || errno == syscall.ECONNABORTED):
-		msg += " (the daemon stopped during the commit; the next mount finishes it or rolls it back)"
-	case op == "commit" && errno != syscall.EUCLEAN:
-		msg += " (nothing was committed)"
-	}
-	return &daemonError{fmt.Sprintf("%s %s: %s", op, branch.Quote(name), msg), errno}
-}
-
-// daemonError is an errno the daemon answered, told as its message; the
-// errno stays reachable for the exit status.
-type daemonError struct {
-	msg   string
-	errno syscall.Errno
-}
-
-func (e *daemonError) Error() string { return e.msg }
-func (e *daemonError) Unwrap() error { return e.errno }
 
 func createCmd() *cobra.Command {
 	var parent string
@@ -375,7 +197,7 @@ without "/" or NUL.`,
 			view := viewPath(root, name)
 			// Inside a run, the mount point shows the run's branch: the
 			// new branch is its child unless --parent says otherwise.
-			if r, v := runRoot(); r != "" && root == resolvePrefix(v) && parent == branch.MainName && cmd.Flags().Changed("parent") {
+			if r, v := runRoot(); r != "" && root == ctl.ResolvePrefix(v) && parent == branch.MainName && cmd.Flags().Changed("parent") {
 				root = r
 			}
 			if parent != branch.MainName {
@@ -384,15 +206,15 @@ without "/" or NUL.`,
 				}
 				root = viewPath(root, parent)
 			}
-			if _, err := control(root, fs.CmdCreate+":"+fs.QuoteArg(name)); err != nil {
+			if _, err := ctl.Command(root, ctl.CmdCreate+":"+ctl.QuoteArg(name)); err != nil {
 				if errors.Is(err, os.ErrNotExist) {
 					return fmt.Errorf("create %s: no branch %s under %s", branch.Quote(name), branch.Quote(parent), mnt)
 				}
-				return explain("create", name, err)
+				return ctl.Explain("create", name, err)
 			}
 			if maxStorage > 0 {
 				if err := setLimit(view, int64(maxStorage)); err != nil {
-					return explain("create", name, err)
+					return ctl.Explain("create", name, err)
 				}
 			}
 			fmt.Println(viewPath(mnt, name))
@@ -421,13 +243,13 @@ A branch with live children cannot be committed.`,
 			if err != nil {
 				return err
 			}
-			f, err := openControl(root)
+			f, err := ctl.OpenControl(root)
 			if err != nil {
-				return explain("commit", name, err)
+				return ctl.Explain("commit", name, err)
 			}
 			defer f.Close()
-			if err := kernel.Commit(f); err != nil {
-				return explain("commit", name, err)
+			if err := ctl.IoctlCommit(f); err != nil {
+				return ctl.Explain("commit", name, err)
 			}
 			return nil
 		},
@@ -450,12 +272,12 @@ are aborted the same way.`,
 			if err != nil {
 				return err
 			}
-			c := fs.CmdAbort
+			c := ctl.CmdAbort
 			if recursive {
-				c += ":" + fs.ArgRecursive
+				c += ":" + ctl.ArgRecursive
 			}
-			if _, err := control(root, c); err != nil {
-				err = explain("abort", name, err)
+			if _, err := ctl.Command(root, c); err != nil {
+				err = ctl.Explain("abort", name, err)
 				if errors.Is(err, syscall.EBUSY) {
 					err = fmt.Errorf("%w (use --recursive to drop them too)", err)
 				}
@@ -485,7 +307,7 @@ MNT, --store (--storage) DIR finds the mount whose store DIR is.`,
 				if storeArg == "" {
 					return errors.New("list: give MNT, or --store DIR")
 				}
-				mnt, err := mountOfStore(storeArg)
+				mnt, err := ctl.MountOfStore(storeArg)
 				if err != nil {
 					return fmt.Errorf("list: %w", err)
 				}
@@ -495,7 +317,7 @@ MNT, --store (--storage) DIR finds the mount whose store DIR is.`,
 			if err != nil {
 				return fmt.Errorf("list: %w", err)
 			}
-			st, err := readStatus(root, all)
+			st, err := ctl.ReadStatus(root, all)
 			if err != nil {
 				return fmt.Errorf("list %s: %w", args[0], err)
 			}
@@ -560,9 +382,9 @@ change or it was deleted and made again), "D" deleted. --json prints {"branch", 
 			if err != nil {
 				return err
 			}
-			data, err := control(root, fs.CmdDiff)
+			data, err := ctl.Command(root, ctl.CmdDiff)
 			if err != nil {
-				return explain("diff", name, err)
+				return ctl.Explain("diff", name, err)
 			}
 			if asJSON {
 				_, err := os.Stdout.Write(append(data, '\n'))

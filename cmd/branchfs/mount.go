@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/ctl"
 	"github.com/branchfs/branchfs/daemon"
 	"github.com/branchfs/branchfs/fs"
 	"github.com/branchfs/branchfs/internal/safedir"
@@ -229,7 +230,7 @@ again shows them. --store finds the daemon of a mount that no longer answers.`,
 			if err != nil {
 				return err
 			}
-			if info, err := readStatus(mnt, false); err == nil {
+			if info, err := ctl.ReadStatus(mnt, false); err == nil {
 				store = info.Store
 			}
 			waiting := func(pid int) { fmt.Fprintf(os.Stderr, "unmount: waiting for the daemon (pid %d) to exit\n", pid) }

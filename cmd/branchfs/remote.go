@@ -11,7 +11,7 @@ import (
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
-	"github.com/branchfs/branchfs/fs"
+	"github.com/branchfs/branchfs/ctl"
 	"github.com/branchfs/branchfs/kernel/checkpoint"
 	"github.com/branchfs/branchfs/kernel/explore"
 	"github.com/branchfs/branchfs/remote"
@@ -108,9 +108,9 @@ func openRemote(ctx context.Context, url, name string) (*remoteDest, error) {
 // when it has one whose files it still holds.
 func (d *remoteDest) push(view, name string, o remote.Options) (*remote.Stats, error) {
 	src := remote.Source{Name: name, View: view}
-	data, err := control(view, fs.CmdDelta)
+	data, err := ctl.Command(view, ctl.CmdDelta)
 	if err != nil {
-		return nil, explain("delta", name, err)
+		return nil, ctl.Explain("delta", name, err)
 	}
 	if err := json.Unmarshal(data, &src.Items); err != nil {
 		return nil, err
@@ -297,7 +297,7 @@ the branch it made.` + remoteEnv,
 			if err != nil {
 				return fmt.Errorf("pull %s: %w", loc, err)
 			}
-			view := filepath.Join(mnt, fs.BranchPrefix+name)
+			view := filepath.Join(mnt, ctl.BranchPrefix+name)
 			if asJSON {
 				return json.NewEncoder(os.Stdout).Encode(map[string]any{"view": view, "stats": st})
 			}
@@ -318,24 +318,24 @@ the branch it made.` + remoteEnv,
 func pullTarget(mnt, parent, name string) remote.Target {
 	parentView := mnt
 	if parent != branch.MainName {
-		parentView = filepath.Join(mnt, fs.BranchPrefix+parent)
+		parentView = filepath.Join(mnt, ctl.BranchPrefix+parent)
 	}
 	return remote.Target{
 		ParentView: parentView,
 		Create: func() (string, error) {
-			if _, err := control(parentView, fs.CmdCreate+":"+fs.QuoteArg(name)); err != nil {
+			if _, err := ctl.Command(parentView, ctl.CmdCreate+":"+ctl.QuoteArg(name)); err != nil {
 				if errors.Is(err, os.ErrNotExist) {
 					return "", fmt.Errorf("no branch %s under %s", parent, mnt)
 				}
 				if errors.Is(err, syscall.EEXIST) {
 					return "", fmt.Errorf("a branch %s exists on %s (pull --as NAME names it otherwise)", name, mnt)
 				}
-				return "", explain("create", name, err)
+				return "", ctl.Explain("create", name, err)
 			}
-			return filepath.Join(mnt, fs.BranchPrefix+name), nil
+			return filepath.Join(mnt, ctl.BranchPrefix+name), nil
 		},
 		Abort: func() error {
-			_, err := control(filepath.Join(mnt, fs.BranchPrefix+name), fs.CmdAbort)
+			_, err := ctl.Command(filepath.Join(mnt, ctl.BranchPrefix+name), ctl.CmdAbort)
 			return err
 		},
 	}
@@ -349,7 +349,7 @@ func branchArg(arg, op string) (view, name string, err error) {
 	}
 	if branch.ValidateName(arg) == nil {
 		if mnt, _, err := mountRoot("."); err == nil {
-			view = filepath.Join(mnt, fs.BranchPrefix+arg)
+			view = filepath.Join(mnt, ctl.BranchPrefix+arg)
 			if _, err := os.Stat(view); err != nil {
 				return "", "", fmt.Errorf("%s: no branch %s on %s", op, arg, mnt)
 			}
@@ -362,7 +362,7 @@ func branchArg(arg, op string) (view, name string, err error) {
 // parentOf returns the name and the view of the parent of the branch at
 // view.
 func parentOf(view, name string) (string, string, error) {
-	st, err := readStatus(view, false)
+	st, err := ctl.ReadStatus(view, false)
 	if err != nil {
 		return "", "", err
 	}
@@ -372,7 +372,7 @@ func parentOf(view, name string) (string, string, error) {
 			if b.Parent == branch.MainName {
 				return b.Parent, mnt, nil
 			}
-			return b.Parent, filepath.Join(mnt, fs.BranchPrefix+b.Parent), nil
+			return b.Parent, filepath.Join(mnt, ctl.BranchPrefix+b.Parent), nil
 		}
 	}
 	return "", "", fmt.Errorf("no branch %s on %s", name, mnt)

@@ -1,7 +1,6 @@
 package explore
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/branchfs/branchfs/ctl"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,41 +43,16 @@ var cgroupRoot = sync.OnceValues(func() (string, error) {
 })
 
 func cgroup2Mount() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	ms, err := ctl.Mounts()
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		pf, qf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) >= 5 && len(qf) >= 1 && qf[0] == "cgroup2" && pf[3] == "/" {
-			return unescapeMountinfo(pf[4]), nil
+	for _, m := range ms {
+		if m.FSType == "cgroup2" && m.Root == "/" {
+			return m.Point, nil
 		}
 	}
 	return "", errors.New("no cgroup v2 hierarchy is mounted")
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space) of mountinfo.
-func unescapeMountinfo(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var c byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%3o", &c); err == nil {
-				b.WriteByte(c)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // cgroupName is the name of the cgroup of a run in branch: the branch's

@@ -10,13 +10,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/branchfs/branchfs/daemon"
 	"github.com/branchfs/branchfs/kernel/explore"
 )
 
 // Mount a directory from Go, run a command in a new branch of it, and
 // unmount. The command writes at the mount point's own path and exits 0,
 // so its branch is committed: the base holds its write.
-func ExampleMountAt() {
+func Example() {
 	dir, _ := os.MkdirTemp("", "example")
 	defer os.RemoveAll(dir)
 	base, mnt := filepath.Join(dir, "base"), filepath.Join(dir, "mnt")
@@ -24,11 +25,15 @@ func ExampleMountAt() {
 	os.Mkdir(mnt, 0o755)
 	os.WriteFile(filepath.Join(base, "file"), []byte("base\n"), 0o644)
 
-	m, err := explore.MountAt(base, mnt, explore.MountOptions{Store: filepath.Join(dir, "store")})
+	mt, err := daemon.MountAt(base, mnt, daemon.MountOptions{Store: filepath.Join(dir, "store")})
 	if err != nil {
 		panic(err)
 	}
-	defer m.Unmount()
+	defer mt.Unmount()
+	m, err := explore.Open(mnt)
+	if err != nil {
+		panic(err)
+	}
 
 	res, err := m.Run(context.Background(), explore.Spec{Args: []string{"sh", "-c", "echo changed > file"}})
 	if err != nil {
@@ -47,11 +52,15 @@ func ExampleMount_Create() {
 	os.Mkdir(base, 0o755)
 	os.Mkdir(mnt, 0o755)
 	os.WriteFile(filepath.Join(base, "file"), []byte("base\n"), 0o644)
-	m, err := explore.MountAt(base, mnt, explore.MountOptions{Store: filepath.Join(dir, "store")})
+	mt, err := daemon.MountAt(base, mnt, daemon.MountOptions{Store: filepath.Join(dir, "store")})
 	if err != nil {
 		panic(err)
 	}
-	defer m.Unmount()
+	defer mt.Unmount()
+	m, err := explore.Open(mnt)
+	if err != nil {
+		panic(err)
+	}
 
 	name, err := m.Create("main", "try 1")
 	if err != nil {
@@ -80,11 +89,15 @@ func ExampleMount_Speculate() {
 	base, mnt := filepath.Join(dir, "base"), filepath.Join(dir, "mnt")
 	os.Mkdir(base, 0o755)
 	os.Mkdir(mnt, 0o755)
-	m, err := explore.MountAt(base, mnt, explore.MountOptions{Store: filepath.Join(dir, "store")})
+	mt, err := daemon.MountAt(base, mnt, daemon.MountOptions{Store: filepath.Join(dir, "store")})
 	if err != nil {
 		panic(err)
 	}
-	defer m.Unmount()
+	defer mt.Unmount()
+	m, err := explore.Open(mnt)
+	if err != nil {
+		panic(err)
+	}
 
 	outs := make([]bytes.Buffer, 3)
 	out, err := m.Speculate(context.Background(), [][]string{
@@ -117,11 +130,15 @@ func ExampleMount_BestOfN() {
 	base, mnt := filepath.Join(dir, "base"), filepath.Join(dir, "mnt")
 	os.Mkdir(base, 0o755)
 	os.Mkdir(mnt, 0o755)
-	m, err := explore.MountAt(base, mnt, explore.MountOptions{Store: filepath.Join(dir, "store")})
+	mt, err := daemon.MountAt(base, mnt, daemon.MountOptions{Store: filepath.Join(dir, "store")})
 	if err != nil {
 		panic(err)
 	}
-	defer m.Unmount()
+	defer mt.Unmount()
+	m, err := explore.Open(mnt)
+	if err != nil {
+		panic(err)
+	}
 
 	cmd := explore.Shell("echo $BRANCHFS_INDEX > best; echo $(( BRANCHFS_INDEX * 7 % 5 )) >&3")
 	out, err := m.BestOfN(context.Background(), [][]string{cmd, cmd, cmd, cmd, cmd}, true,

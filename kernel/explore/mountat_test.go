@@ -7,11 +7,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	fsdaemon "github.com/branchfs/branchfs/daemon"
 )
 
-// MountAt mounts from Go with a daemon of its own (this test binary,
-// started again), which Unmount ends; bad options are refused and mount
-// nothing.
+// daemon.MountAt mounts from Go with a daemon of its own (this test
+// binary, started again), which Unmount ends; bad options are refused and
+// mount nothing. explore runs in it as in any mount.
 func TestMountAt(t *testing.T) {
 	dir := t.TempDir()
 	base, mnt, store := filepath.Join(dir, "base"), filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
@@ -19,23 +21,25 @@ func TestMountAt(t *testing.T) {
 	must(t, os.Mkdir(mnt, 0o755))
 	for _, bad := range []struct {
 		base, mnt string
-		o         MountOptions
+		o         fsdaemon.MountOptions
 	}{
-		{base, mnt, MountOptions{}},
-		{base, mnt, MountOptions{Store: store, MaxBranches: -1}},
-		{filepath.Join(dir, "nosuch"), mnt, MountOptions{Store: store}},
-		{base, mnt, MountOptions{Store: filepath.Join(base, "store")}},
-		{"", mnt, MountOptions{Store: store}},
+		{base, mnt, fsdaemon.MountOptions{}},
+		{base, mnt, fsdaemon.MountOptions{Store: store, MaxBranches: -1}},
+		{filepath.Join(dir, "nosuch"), mnt, fsdaemon.MountOptions{Store: store}},
+		{base, mnt, fsdaemon.MountOptions{Store: filepath.Join(base, "store")}},
+		{"", mnt, fsdaemon.MountOptions{Store: store}},
 	} {
-		if m, err := MountAt(bad.base, bad.mnt, bad.o); err == nil {
-			m.Unmount()
+		if mt, err := fsdaemon.MountAt(bad.base, bad.mnt, bad.o); err == nil {
+			mt.Unmount()
 			t.Errorf("%+v: mounted", bad)
 		}
 	}
 	if _, err := os.Stat(store); !os.IsNotExist(err) {
 		t.Errorf("a refused mount made its store: %v", err)
 	}
-	m, err := MountAt(base, mnt, MountOptions{Store: store, MaxBranches: 1})
+	mt, err := fsdaemon.MountAt(base, mnt, fsdaemon.MountOptions{Store: store, MaxBranches: 1})
+	must(t, err)
+	m, err := Open(mnt)
 	must(t, err)
 	data, err := os.ReadFile(filepath.Join(store, "daemon.pid"))
 	must(t, err)
@@ -55,7 +59,7 @@ func TestMountAt(t *testing.T) {
 		t.Error("MaxBranches 1: a second branch")
 	}
 	must(t, m.Abort("a", false))
-	must(t, m.Unmount())
+	must(t, mt.Unmount())
 	if procStart(pid) != 0 {
 		t.Errorf("daemon %d still there", pid)
 	}
@@ -63,9 +67,9 @@ func TestMountAt(t *testing.T) {
 		t.Error("still mounted")
 	}
 	// The store brings the mount back, as branchfs mount's does.
-	m, err = MountAt(base, mnt, MountOptions{Store: store})
+	mt, err = fsdaemon.MountAt(base, mnt, fsdaemon.MountOptions{Store: store})
 	must(t, err)
-	must(t, m.Unmount())
+	must(t, mt.Unmount())
 }
 
 // A run's branch may bear any name a file may: its cgroup and record

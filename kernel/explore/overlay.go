@@ -1,19 +1,15 @@
 package explore
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
-	"github.com/branchfs/branchfs/fs"
+	"github.com/branchfs/branchfs/ctl"
 	"golang.org/x/sys/unix"
 )
 
@@ -84,14 +80,14 @@ func mountView(cfg *initConfig) (DataPath, string, error) {
 // an overlayfs of its layers, not yet attached. It returns the mount's
 // descriptor.
 func kernelView(cfg *initConfig) (int, error) {
-	ls, err := holdBranch(cfg.View)
+	ls, err := ctl.Hold(cfg.View)
 	if err != nil {
 		return -1, err
 	}
 	mfd, err := mountLayers(ls)
 	if err != nil {
 		// The FUSE path may take over: the view must take writes.
-		releaseBranch(cfg.View)
+		ctl.Release(cfg.View)
 	}
 	return mfd, err
 }
@@ -120,51 +116,6 @@ func mountLayers(ls *branch.Layers) (int, error) {
 		paths[i] = "/proc/self/fd/" + strconv.Itoa(fd)
 	}
 	return mountOverlay(paths[0], paths[1], paths[2:])
-}
-
-// holdBranch asks the daemon to hold the branch whose view is view for
-// this process, and returns its layers.
-func holdBranch(view string) (*branch.Layers, error) {
-	f, err := os.OpenFile(filepath.Join(view, fs.ControlName), os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if _, err := f.Write([]byte(fs.CmdHold)); err != nil {
-		var errno syscall.Errno
-		if errors.As(err, &errno) {
-			if errno == syscall.EOPNOTSUPP {
-				return nil, errors.New("the store cannot hold overlayfs's markers (see the warning of mount)")
-			}
-			if errno == syscall.EDQUOT {
-				return nil, branch.ErrQuotaHold
-			}
-			if e := branch.ErrorOf(errno); e != nil {
-				return nil, fmt.Errorf("holding the branch: %w (%w)", e, errno)
-			}
-			return nil, fmt.Errorf("holding the branch: %w", errno)
-		}
-		return nil, err
-	}
-	data, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<20))
-	if err != nil {
-		return nil, err
-	}
-	var ls branch.Layers
-	if err := json.Unmarshal(data, &ls); err != nil || ls.Upper.Path == "" || len(ls.Lower) == 0 {
-		return nil, fmt.Errorf("the daemon's layers %q: %v", data, err)
-	}
-	return &ls, nil
-}
-
-// releaseBranch ends this process's hold of the branch whose view is
-// view.
-func releaseBranch(view string) {
-	f, err := os.OpenFile(filepath.Join(view, fs.ControlName), os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-	if err == nil {
-		f.Write([]byte(fs.CmdRelease))
-		f.Close()
-	}
 }
 
 // mountOverlay makes an overlayfs of the layers (directories' paths) with
@@ -276,10 +227,10 @@ func (p *Proc) dataPath() (DataPath, error) {
 		return "", fmt.Errorf("kernel path: %w", branch.ErrQuotaHold)
 	case p.spec.MaxStorage > 0:
 		return DataPathFUSE, nil // the daemon counts what the run writes
-	case p.m.trusted() || dp == DataPathFUSE:
+	case p.m.Trusted() || dp == DataPathFUSE:
 		return dp, nil
 	case dp == DataPathKernel:
-		return "", fmt.Errorf("kernel path: the daemon of %s runs as uid %d, not as root or you", p.m.dir, p.m.owner)
+		return "", fmt.Errorf("kernel path: the daemon of %s runs as uid %d, not as root or you", p.m.Dir(), p.m.Owner())
 	}
 	return DataPathFUSE, nil
 }
@@ -290,7 +241,7 @@ func (p *Proc) dataPath() (DataPath, error) {
 func (p *Proc) endKernelPath(r *Result) {
 	// A daemon gone (killed, unmounted) holds nothing: the run's writes
 	// are in the store, for the next mount.
-	p.m.command(p.name, fs.CmdRelease)
+	p.m.Release(p.name)
 	if r.sig == syscall.SIGKILL && !r.TimedOut {
 		if info, err := p.m.Info(p.name); err == nil && info.State == branch.Stale.String() {
 			r.Stale = true

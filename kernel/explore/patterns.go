@@ -851,7 +851,7 @@ func (m *Mount) tree(ctx context.Context, strategies [][]string, expand []string
 // is reaped should this process die; release drops the record.
 func (m *Mount) hold(parent, prefix string) (string, func(), error) {
 	name := genName(prefix)
-	path, err := writeRecord(newRecord(m.dir, name, true))
+	path, err := writeRecord(newRecord(m.Dir(), name, true))
 	if err != nil {
 		return "", nil, err
 	}
@@ -1026,7 +1026,7 @@ func (m *Mount) beam(ctx context.Context, strategies [][]string, expand []string
 // holdExisting writes a record for a branch a run made, so that it is
 // reaped should this process die after the run; nil when it cannot.
 func (m *Mount) holdExisting(name string) func() {
-	path, err := writeRecord(newRecord(m.dir, name, true))
+	path, err := writeRecord(newRecord(m.Dir(), name, true))
 	if err != nil {
 		return nil
 	}

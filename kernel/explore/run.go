@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/branchfs/branchfs/branch"
-	"github.com/branchfs/branchfs/fs"
-	"golang.org/x/sys/unix"
+	"github.com/branchfs/branchfs/ctl"
+	"github.com/branchfs/branchfs/internal/memfd"
 )
 
 // Action is what becomes of a run's branch when its command ends.
@@ -42,17 +42,12 @@ const (
 
 // Environment variables every command in a run finds.
 const (
-	EnvBranch   = "BRANCHFS_BRANCH"   // the branch's name
+	EnvBranch   = ctl.EnvBranch       // the branch's name
 	EnvIndex    = "BRANCHFS_INDEX"    // the candidate's index in a pattern, 0 for run
-	EnvView     = "BRANCHFS_VIEW"     // where the command sees its branch: the mount point
+	EnvView     = ctl.EnvView         // where the command sees its branch: the mount point
 	EnvFeedback = "BRANCHFS_FEEDBACK" // reflexion and cascaded: earlier attempts' output
 	EnvDepth    = "BRANCHFS_DEPTH"    // tree and beam: the level, from 0
-	// EnvRoot is where a run's commands reach the mount's main view, and
-	// through it MNT/@NAME of any branch (the mount point shows the
-	// run's branch): an empty directory beside the run records, over
-	// which the run binds the main view. Open and the CLI take it there,
-	// to make and run branches inside the run.
-	EnvRoot = "BRANCHFS_ROOT"
+	EnvRoot     = ctl.EnvRoot         // where they reach the main view, and MNT/@NAME under it
 )
 
 // Spec describes one run.
@@ -262,7 +257,7 @@ func (m *Mount) start(ctx context.Context, spec Spec) (*Proc, error) {
 		return nil, errors.New("run: a branch to run in, or a parent and name for a new one, not both")
 	}
 	if spec.Branch != "" {
-		if err := checkBranchName(spec.Branch); err != nil {
+		if err := ctl.CheckBranchName(spec.Branch); err != nil {
 			return nil, fmt.Errorf("run: %w", err)
 		}
 		info, err := m.Info(spec.Branch)
@@ -281,13 +276,13 @@ func (m *Mount) start(ctx context.Context, spec Spec) (*Proc, error) {
 		}
 	}
 	if spec.Name != "" {
-		if err := checkBranchName(spec.Name); err != nil {
+		if err := ctl.CheckBranchName(spec.Name); err != nil {
 			return nil, fmt.Errorf("run: %w", err)
 		}
 	}
 	dir := spec.Dir
 	if dir == "" {
-		dir = m.dir
+		dir = m.Dir()
 	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
@@ -313,7 +308,7 @@ func (m *Mount) start(ctx context.Context, spec Spec) (*Proc, error) {
 		p.created = true
 	}
 	if !p.sees(dir, binds) {
-		w := fmt.Sprintf("working directory %s is outside %s: what the command writes there escapes the branch", dir, m.dir)
+		w := fmt.Sprintf("working directory %s is outside %s: what the command writes there escapes the branch", dir, m.Dir())
 		p.warnings = append(p.warnings, w)
 		if spec.Warn != nil {
 			once := spec.warn
@@ -323,7 +318,7 @@ func (m *Mount) start(ctx context.Context, spec Spec) (*Proc, error) {
 			once.Do(func() { spec.Warn(w) })
 		}
 	}
-	rec := newRecord(m.dir, p.name, p.created)
+	rec := newRecord(m.Dir(), p.name, p.created)
 	root, cgErr := cgroupRoot()
 	if cgErr == nil {
 		rec.Cgroup = filepath.Join(root, cgroupsDir, cgroupName(p.name))
@@ -392,7 +387,7 @@ func (p *Proc) release() { close(p.released) }
 
 // sees reports whether dir is a place the run shows its branch at.
 func (p *Proc) sees(dir string, binds []string) bool {
-	for _, d := range append([]string{p.m.dir, p.m.View(p.name), p.m.base}, binds...) {
+	for _, d := range append([]string{p.m.Dir(), p.m.View(p.name), p.m.Base()}, binds...) {
 		if d != "" && (dir == d || strings.HasPrefix(dir, strings.TrimSuffix(d, "/")+"/")) {
 			return true
 		}
@@ -405,7 +400,7 @@ func (p *Proc) sees(dir string, binds []string) bool {
 func (p *Proc) rebase(dir string) string {
 	view := p.m.View(p.name)
 	if dir == view || strings.HasPrefix(dir, view+"/") {
-		return p.m.dir + dir[len(view):]
+		return p.m.Dir() + dir[len(view):]
 	}
 	return dir
 }
@@ -416,13 +411,13 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 		env = os.Environ()
 	}
 	env = append(env[:len(env):len(env)],
-		EnvBranch+"="+p.name, EnvIndex+"="+strconv.Itoa(p.spec.Index), EnvView+"="+p.m.dir)
+		EnvBranch+"="+p.name, EnvIndex+"="+strconv.Itoa(p.spec.Index), EnvView+"="+p.m.Dir())
 	// The base directory shows the branch too: a tool that has the
 	// project's own path baked in must not write past the branch. (Not
-	// a base that another user's daemon names: Mount.trusted.)
-	targets := []string{p.m.dir}
-	if fi, err := os.Stat(p.m.base); p.m.trusted() && filepath.IsAbs(p.m.base) && p.m.base != p.m.dir && err == nil && fi.IsDir() {
-		targets = []string{p.m.base, p.m.dir}
+	// a base that another user's daemon names: Mount.Trusted.)
+	targets := []string{p.m.Dir()}
+	if fi, err := os.Stat(p.m.Base()); p.m.Trusted() && filepath.IsAbs(p.m.Base()) && p.m.Base() != p.m.Dir() && err == nil && fi.IsDir() {
+		targets = []string{p.m.Base(), p.m.Dir()}
 	}
 	dp, err := p.dataPath()
 	if err != nil {
@@ -431,7 +426,7 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 	cfg := initConfig{
 		View: p.m.View(p.name), Targets: append(targets, binds...), DataPath: dp,
 		Dir: p.rebase(dir), Args: p.spec.Args, Env: env, Score: p.spec.Score, LastPID: p.spec.LastPID,
-		Gate: p.spec.gate != nil, Root: p.m.rootDir(), RootAt: rootMountpoint(),
+		Gate: p.spec.gate != nil, Root: p.m.View(branch.MainName), RootAt: rootMountpoint(),
 	}
 	attr := &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
@@ -454,7 +449,7 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 		attr.UseCgroupFD = true
 		attr.CgroupFD = int(p.cg.fd.Fd())
 	}
-	cfgFile, err := configFile(&cfg)
+	cfgFile, err := memfd.JSON("branchfs-run", &cfg)
 	if err != nil {
 		return err
 	}
@@ -507,28 +502,6 @@ func (p *Proc) startHelper(dir string, binds []string) error {
 	p.cmd, p.status = cmd, statusR
 	p.pidns, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", cmd.Process.Pid))
 	return nil
-}
-
-// configFile holds the helper's configuration, read from the start.
-func configFile(cfg any) (*os.File, error) {
-	raw, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, err
-	}
-	fd, err := unix.MemfdCreate("branchfs-run", unix.MFD_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("memfd: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), "config")
-	if _, err := f.Write(raw); err != nil {
-		f.Close()
-		return nil, err
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
 }
 
 type scoreResult struct {
@@ -780,7 +753,7 @@ func (p *Proc) end() {
 		}
 	}
 	if p.watched {
-		p.m.command(p.name, fs.CmdUnwatch) // gone with its branch, if that is gone
+		p.m.Unwatch(p.name) // gone with its branch, if that is gone
 	}
 	if p.rec != "" {
 		os.Remove(p.rec)
@@ -792,12 +765,11 @@ func (p *Proc) end() {
 // where the janitor and Reap would come later or not at all. A daemon
 // that cannot leaves it to them.
 func (p *Proc) register() {
-	w := fs.WatchArg{Abort: p.created}
+	w := ctl.WatchArg{Abort: p.created}
 	if p.cg != nil {
 		w.Cgroup = p.cg.dir
 	}
-	arg, _ := json.Marshal(w)
-	if _, err := p.m.command(p.name, fs.CmdWatch+":"+string(arg)); err == nil {
+	if p.m.Watch(p.name, w) == nil {
 		p.watched = true
 	}
 }

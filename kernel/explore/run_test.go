@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/branchfs/branchfs/ctl"
 )
 
 // A command that writes at the workspace's usual path (the mount point,
@@ -316,7 +318,7 @@ func TestUserNamespace(t *testing.T) {
 	must(t, os.MkdirAll(view, 0o755))
 	must(t, os.WriteFile(filepath.Join(view, "f"), []byte("view\n"), 0o644))
 	var out bytes.Buffer
-	p := newProc(&Mount{dir: ws}, Spec{Args: sh("cat f; grep CapEff /proc/self/status; id -u"), Stdout: &out, Stderr: &out}, "b")
+	p := newProc(&Mount{Mount: ctl.Assume(ws)}, Spec{Args: sh("cat f; grep CapEff /proc/self/status; id -u"), Stdout: &out, Stderr: &out}, "b")
 	must(t, p.startHelper(ws, nil))
 	p.release()
 	go p.wait(context.Background())

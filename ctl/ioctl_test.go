@@ -1,4 +1,4 @@
-package kernel
+package ctl
 
 import "testing"
 

@@ -1,8 +1,4 @@
-// Package kernel holds the interface numbers branchfs shares with the
-// kernel and with C programs: the FS_IOC_BRANCH_* ioctls answered by the
-// daemon on any file of a view, and (with the kernel patches) the branch()
-// system call.
-package kernel
+package ctl
 
 import (
 	"bytes"
@@ -12,8 +8,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Ioctl numbers, as _IOR('b', 0, char[128]), _IO('b', 1) and _IO('b', 2)
-// encode them. Existing clients of this interface use exactly these.
+// The FS_IOC_BRANCH_* ioctls, answered by the daemon on any file of a
+// view; C programs and the kernel's branch() use them too. The numbers are
+// what _IOR('b', 0, char[128]), _IO('b', 1) and _IO('b', 2) encode;
+// existing clients of this interface use exactly these.
 const (
 	// FS_IOC_BRANCH_CREATE creates a child of the view the file belongs
 	// to and writes its name, NUL-padded, to a 128-byte buffer.
@@ -30,8 +28,8 @@ const iocRead = 2 // _IOC_READ: the kernel writes to the caller's buffer
 // NameBufSize is the size of the name buffer of FS_IOC_BRANCH_CREATE.
 const NameBufSize = 128
 
-// Create makes a child of the view that f belongs to and returns its name.
-func Create(f *os.File) (string, error) {
+// IoctlCreate makes a child of the view that f belongs to and returns its name.
+func IoctlCreate(f *os.File) (string, error) {
 	buf := make([]byte, NameBufSize)
 	if err := ioctl(f, FS_IOC_BRANCH_CREATE, uintptr(unsafe.Pointer(&buf[0]))); err != nil {
 		return "", err
@@ -39,12 +37,12 @@ func Create(f *os.File) (string, error) {
 	return string(bytes.TrimRight(buf, "\x00")), nil
 }
 
-// Commit commits the view that f belongs to into its parent; the error is
+// IoctlCommit commits the view that f belongs to into its parent; the error is
 // syscall.ESTALE when a sibling committed first.
-func Commit(f *os.File) error { return ioctl(f, FS_IOC_BRANCH_COMMIT, 0) }
+func IoctlCommit(f *os.File) error { return ioctl(f, FS_IOC_BRANCH_COMMIT, 0) }
 
-// Abort drops the branch of the view that f belongs to.
-func Abort(f *os.File) error { return ioctl(f, FS_IOC_BRANCH_ABORT, 0) }
+// IoctlAbort drops the branch of the view that f belongs to.
+func IoctlAbort(f *os.File) error { return ioctl(f, FS_IOC_BRANCH_ABORT, 0) }
 
 func ioctl(f *os.File, cmd, arg uintptr) error {
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), cmd, arg); errno != 0 {

@@ -1,4 +1,4 @@
-package explore
+package daemon
 
 import (
 	"encoding/json"
@@ -8,8 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	fsdaemon "github.com/branchfs/branchfs/daemon"
+	"github.com/branchfs/branchfs/ctl"
 	"github.com/branchfs/branchfs/fs"
+	"github.com/branchfs/branchfs/internal/memfd"
 )
 
 // MountOptions configure a mount made by MountAt.
@@ -30,8 +31,8 @@ type MountOptions struct {
 }
 
 // The daemon that MountAt starts is this program, started again with
-// envDaemon set; package initialization catches it, as it does a run's
-// helper. Its configuration, a daemon.Config, comes on daemonConfigFd.
+// envDaemon set; package initialization catches it, as explore's does a
+// run's helper. Its configuration, a Config, comes on daemonConfigFd.
 const (
 	envDaemon      = "BRANCHFS_MOUNT_DAEMON"
 	daemonReadyFd  = 3
@@ -45,7 +46,8 @@ func init() {
 }
 
 // MountAt shows the directory base at mnt, as `branchfs mount` does, and
-// returns the mount once it answers. The daemon that serves it is a
+// returns once the mount answers; explore.Open(mnt) then runs commands in
+// its branches. The daemon that serves it is a
 // process of its own, in a session of its own: this program, started
 // again (package initialization catches it before main, as it does a
 // run's helper), so no branchfs binary is needed, and the mount neither
@@ -54,7 +56,10 @@ func init() {
 // mount outlives the program until Unmount; the daemon's log is
 // STORE/daemon.log. Root mounts directly; another user needs fusermount3
 // on PATH.
-func MountAt(base, mnt string, o MountOptions) (*Mount, error) {
+//
+// A program that mounts so holds the daemon (this package, with go-fuse);
+// one that only uses mounts (explore, ctl) does not.
+func MountAt(base, mnt string, o MountOptions) (*Mounted, error) {
 	if base == "" || mnt == "" {
 		return nil, errors.New("mount: no base directory or mount point")
 	}
@@ -68,7 +73,7 @@ func MountAt(base, mnt string, o MountOptions) (*Mount, error) {
 		return nil, fmt.Errorf("mount: negative MaxStorage %d", o.MaxStorage)
 	}
 	var err error
-	cfg := fsdaemon.Config{Durable: o.Durable, MaxBranches: o.MaxBranches, MaxStorage: o.MaxStorage,
+	cfg := Config{Durable: o.Durable, MaxBranches: o.MaxBranches, MaxStorage: o.MaxStorage,
 		FS: fs.Options{Passthrough: fs.PassthroughAuto, PassthroughMinSize: fs.DefaultPassthroughMinSize,
 			Timeout: fs.DefaultTimeout, MaxInodes: fs.DefaultMaxInodes, ListBranches: o.ListBranches}}
 	for _, p := range []struct {
@@ -79,10 +84,10 @@ func MountAt(base, mnt string, o MountOptions) (*Mount, error) {
 			return nil, err
 		}
 	}
-	if err := fsdaemon.Prepare(cfg.Mnt, cfg.Base, cfg.Store); err != nil {
+	if err := Prepare(cfg.Mnt, cfg.Base, cfg.Store); err != nil {
 		return nil, err
 	}
-	cfgFile, err := configFile(cfg)
+	cfgFile, err := memfd.JSON("branchfs-daemon", cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -95,27 +100,29 @@ func MountAt(base, mnt string, o MountOptions) (*Mount, error) {
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{cfgFile} // after the ready descriptor Start adds
 	var warnings []string
-	if err := fsdaemon.Start(cmd, cfg.Mnt, cfg.Store, func(w string) { warnings = append(warnings, w) }); err != nil {
+	if err := Start(cmd, cfg.Mnt, cfg.Store, func(w string) { warnings = append(warnings, w) }); err != nil {
 		return nil, err
 	}
-	m, err := Open(cfg.Mnt)
-	if err != nil {
-		fsdaemon.Unmount(cfg.Mnt, cfg.Store, nil)
+	if _, err := ctl.Open(cfg.Mnt); err != nil {
+		Unmount(cfg.Mnt, cfg.Store, nil)
 		return nil, err
 	}
-	m.warnings = warnings
-	return m, nil
+	return &Mounted{Dir: cfg.Mnt, Store: cfg.Store, Warnings: warnings}, nil
 }
 
-// Warnings are what the daemon warned of when MountAt mounted it (a store
-// that cannot hold overlayfs's markers, say).
-func (m *Mount) Warnings() []string { return m.warnings }
+// Mounted is a mount that MountAt made.
+type Mounted struct {
+	Dir, Store string // absolute
+	// Warnings are what the daemon warned of when it mounted (a store
+	// that cannot hold overlayfs's markers, say).
+	Warnings []string
+}
 
 // Unmount unmounts the mount and waits for its daemon to exit. The
 // branches stay in the store for the next mount.
-func (m *Mount) Unmount() error {
-	if err := fsdaemon.Unmount(m.dir, m.store, nil); err != nil {
-		return fmt.Errorf("unmount %s: %w", m.dir, err)
+func (m *Mounted) Unmount() error {
+	if err := Unmount(m.Dir, m.Store, nil); err != nil {
+		return fmt.Errorf("unmount %s: %w", m.Dir, err)
 	}
 	return nil
 }
@@ -123,12 +130,12 @@ func (m *Mount) Unmount() error {
 func runDaemon() {
 	os.Unsetenv(envDaemon)
 	ready := os.NewFile(daemonReadyFd, "ready")
-	var cfg fsdaemon.Config
+	var cfg Config
 	if err := json.NewDecoder(os.NewFile(daemonConfigFd, "config")).Decode(&cfg); err != nil {
 		fmt.Fprintln(ready, "daemon: bad configuration:", err)
 		os.Exit(1)
 	}
-	if err := fsdaemon.Serve(cfg, ready); err != nil {
+	if err := Serve(cfg, ready); err != nil {
 		fmt.Fprintln(os.Stderr, "branchfs:", err)
 		os.Exit(1)
 	}
