@@ -14,7 +14,7 @@ import (
 )
 
 // Checkpoint images: the process memory paired with a branch
-// (kernel/checkpoint writes them). They live with the branch, in
+// (checkpoint writes them). They live with the branch, in
 // STORE/branches/NAME/images/GEN/, GEN counting up from 1, each holding
 // CRIU's image files and image.json (ImageMeta). An image is staged in
 // STORE/tmp and enters images/ by one rename once its files and its
@@ -203,7 +203,7 @@ func flockPath(path string) (func(), error) {
 // writes it (to a temporary name, flushed, then linked in: whole or not
 // at all after a crash) and gets true; later callers, or racing ones,
 // leave the first one's and get false. A checkpoint's working set
-// (kernel/checkpoint) is written this way by the first lazy restore.
+// (checkpoint) is written this way by the first lazy restore.
 func AddImageFile(imageDir, name string, data []byte) (bool, error) {
 	final := filepath.Join(imageDir, name)
 	if _, err := os.Lstat(final); err == nil {

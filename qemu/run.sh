@@ -20,7 +20,7 @@ mkdir -p "$root"/{bin,tests,dev,proc,sys,tmp}
 cp /bin/busybox "$root/bin/busybox"
 (cd "$repo" && CGO_ENABLED=0 go build -o "$root/bin/branchfs" ./cmd/branchfs)
 (cd "$repo" && CGO_ENABLED=0 go test -c -o "$root/tests/kernel.test" ./kernel)
-(cd "$repo" && CGO_ENABLED=0 go test -c -o "$root/tests/explore.test" ./kernel/explore)
+(cd "$repo" && CGO_ENABLED=0 go test -c -o "$root/tests/explore.test" ./explore)
 gcc -static -O2 -pthread -Wall -Wno-format-truncation -I"$repo/prototype/include" -o "$root/tests/branch_test" "$repo/prototype/tests/branch_test.c"
 install -m 755 "$here/init.sh" "$root/init"
 "$here/criu.sh" "$root" # checkpoint tests: criu, its libraries, a subject

@@ -8,7 +8,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/branchfs/branchfs/kernel/checkpoint"
+	"github.com/branchfs/branchfs/checkpoint"
 	"github.com/branchfs/branchfs/remote"
 	"github.com/spf13/cobra"
 )

@@ -13,7 +13,7 @@ import (
 
 	"github.com/branchfs/branchfs/branch"
 	"github.com/branchfs/branchfs/ctl"
-	"github.com/branchfs/branchfs/kernel/explore"
+	"github.com/branchfs/branchfs/explore"
 	"github.com/spf13/cobra"
 )
 

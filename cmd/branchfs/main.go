@@ -10,7 +10,7 @@ import (
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
-	"github.com/branchfs/branchfs/kernel/explore"
+	"github.com/branchfs/branchfs/explore"
 	"github.com/spf13/cobra"
 )
 

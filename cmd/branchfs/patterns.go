@@ -13,12 +13,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/branchfs/branchfs/kernel/explore"
+	"github.com/branchfs/branchfs/explore"
 	"github.com/spf13/cobra"
 )
 
 // The exploration patterns as subcommands, each a thin layer over
-// kernel/explore. Candidates are shell command lines (-c, repeatable) or
+// explore. Candidates are shell command lines (-c, repeatable) or
 // N copies of one command after "--" (-n), told apart by BRANCHFS_INDEX.
 
 // candidatesHelp ends the description of the patterns that take

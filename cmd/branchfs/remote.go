@@ -11,9 +11,9 @@ import (
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/checkpoint"
 	"github.com/branchfs/branchfs/ctl"
-	"github.com/branchfs/branchfs/kernel/checkpoint"
-	"github.com/branchfs/branchfs/kernel/explore"
+	"github.com/branchfs/branchfs/explore"
 	"github.com/branchfs/branchfs/remote"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"

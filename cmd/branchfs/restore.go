@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/branchfs/branchfs/kernel/checkpoint"
+	"github.com/branchfs/branchfs/checkpoint"
 	"github.com/branchfs/branchfs/remote"
 	"github.com/spf13/cobra"
 )

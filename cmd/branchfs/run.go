@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/branchfs/branchfs/kernel/explore"
+	"github.com/branchfs/branchfs/explore"
 	"github.com/spf13/cobra"
 )
 

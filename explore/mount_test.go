@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 	// The QEMU guest, which has no Go, gives a binary built for it.
 	if binary = os.Getenv("BRANCHFS_TEST_BINARY"); binary == "" {
 		binary = filepath.Join(dir, "branchfs")
-		cmd := exec.Command("go", "build", "-o", binary, "../../cmd/branchfs")
+		cmd := exec.Command("go", "build", "-o", binary, "../cmd/branchfs")
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Println("building branchfs:", err)

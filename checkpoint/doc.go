@@ -1,10 +1,10 @@
 // Package checkpoint pairs branches with process memory: it checkpoints
 // the process tree of a `branchfs run` into its branch's store directory
 // and restores it as N clones, each in a child branch of its own. It is
-// named for its job (checkpoint and restore), not for the tool under it,
-// and sits under kernel/ beside package explore, whose runs it checkpoints
-// and restores into: both give user space what branch() gives in the
-// kernel, here for memory as well as files.
+// named for its job (checkpoint and restore), not for the tool under it.
+// It stands beside package explore, whose runs it checkpoints and restores
+// into: both give user space what branch() gives in the kernel, here for
+// memory as well as files.
 //
 // CRIU does the work, driven through its command line (criu dump, criu
 // restore), not its RPC service (go-criu over `criu swrk`). The CLI needs

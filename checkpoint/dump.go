@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/branchfs/branchfs/branch"
-	"github.com/branchfs/branchfs/kernel/explore"
+	"github.com/branchfs/branchfs/explore"
 )
 
 // Tiers of a checkpoint's memory.

@@ -1,13 +1,13 @@
 // Package explore runs processes in branches of a branchfs mount: the Go
-// face of branch(), with a user-space path beside the system call. It
-// opens a mount; creates, commits, aborts and lists branches through the
-// FS_IOC_BRANCH_* ioctls (and the control file where a name must be
-// given); runs a command in a branch; and builds the exploration patterns
-// (Speculate, BestOfN, Reflexion, Tree, Beam, Tournament, Cascaded) on
-// that. It lives under kernel/ because it gives user space what the
-// branch() system call gives in the kernel (BR_FS, BR_ISOLATE, the
-// sibling kill on commit), on a stock kernel; `branchfs run` and the
-// pattern subcommands are thin layers over it.
+// face of branch(), with a user-space path beside the system call: it
+// gives user space what the system call gives in the kernel (BR_FS,
+// BR_ISOLATE, the sibling kill on commit), on a stock kernel. It opens a
+// mount and creates, commits, aborts and lists branches through package
+// ctl (the FS_IOC_BRANCH_* ioctls, and the control file where a name must
+// be given); runs a command in a branch; and builds the exploration
+// patterns (Speculate, BestOfN, Reflexion, Tree, Beam, Tournament,
+// Cascaded) on that. `branchfs run` and the pattern subcommands are thin
+// layers over it.
 //
 // A run holds these guarantees:
 //

@@ -97,7 +97,7 @@ type Spec struct {
 
 	// LastPID, when above zero, is written to the run's ns_last_pid
 	// before the command starts, so that the command's PID is above it:
-	// a restored process tree (kernel/checkpoint) needs its own PIDs free.
+	// a restored process tree (checkpoint) needs its own PIDs free.
 	LastPID int
 
 	gate *os.File   // the read end of a group's gate: the command starts when it closes

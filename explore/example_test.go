@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/branchfs/branchfs/daemon"
-	"github.com/branchfs/branchfs/kernel/explore"
+	"github.com/branchfs/branchfs/explore"
 )
 
 // Mount a directory from Go, run a command in a new branch of it, and

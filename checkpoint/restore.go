@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/branchfs/branchfs/branch"
-	"github.com/branchfs/branchfs/kernel/explore"
+	"github.com/branchfs/branchfs/explore"
 )
 
 // RestoreOptions tell Restore how many clones to make and what to do
