@@ -11,13 +11,7 @@ STORE=/data/store
 PROG=/tests/criu-stateful
 # The incremental test's 256 MiB image must fit beside the 256 MiB subject.
 mount -o remount,size=80% /data
-mkdir -p /run && mount -t tmpfs run /run # CRIU caches its kernel probe in /run (per boot)
-# A checkpoint freezes the run's cgroup first: runs need cgroup v2.
-mkdir -p /sys/fs/cgroup
-grep -q ' /sys/fs/cgroup cgroup2 ' /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup
-ip link set lo up 2>/dev/null
-mkdir -p /dev/pts && mount -t devpts -o ptmxmode=0666 devpts /dev/pts # criu check opens /dev/ptmx
-[ -e /dev/ptmx ] || ln -s pts/ptmx /dev/ptmx
+. /tests/criu-setup.sh
 
 cat > /tmp/criu-wrap <<'W'
 #!/bin/sh

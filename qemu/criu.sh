@@ -18,6 +18,7 @@ ldd "$criu" | awk '/=>/ { print $3 } /^\t\/lib/ { print $1 }' | while read -r li
 done
 gcc -static -O2 -Wall -Wextra -o "$root/tests/criu-stateful" "$here/criu-stateful.c"
 install -m 755 "$here/criu-test.sh" "$root/tests/criu-test.sh"
+install -m 644 "$here/criu-setup.sh" "$root/tests/criu-setup.sh"
 if [ -n "${BRANCHFS_CRIU_BENCH:-}" ]; then
 	install -m 755 "$here/criu-bench.sh" "$root/tests/criu-bench.sh"
 fi

@@ -50,7 +50,6 @@ if [ -z "$accel" ]; then
 	if kvm_boots; then accel=kvm; fi
 fi
 echo "qemu-test: booting $kernel under $accel" >&2
-set +e
 # The checkpoint benchmark's 1 GiB process needs room for itself, its
 # image (on the guest's tmpfs) and a restored copy.
 # The debug kernel's KASAN shadow and quarantine cost the checkpoint
@@ -58,12 +57,25 @@ set +e
 mem=1024
 [ "${BRANCHFS_QEMU_DEBUG:-0}" = 0 ] || mem=2048
 [ -z "${BRANCHFS_CRIU_BENCH:-}" ] || mem=3584
-timeout "$timeout_s" qemu-system-x86_64 -accel "$accel" -m $mem -smp 2 \
-	-nographic -no-reboot -kernel "$kernel" -initrd "$work/initramfs.gz" -nic user,model=e1000 \
-	-append "console=ttyS0 panic=-1 quiet" </dev/null | stdbuf -oL tr -d '\r' > "$work/console.log"
-qrc=${PIPESTATUS[0]}
-set -e
-cat "$work/console.log"
+# boot LOG [ARG]: boots the guest, the kernel given ARG too, its console
+# in LOG; sets qrc to QEMU's exit status (124: timed out).
+boot() {
+	set +e
+	timeout "$timeout_s" qemu-system-x86_64 -accel "$accel" -m $mem -smp 2 \
+		-nographic -no-reboot -kernel "$kernel" -initrd "$work/initramfs.gz" -nic user,model=e1000 \
+		-append "console=ttyS0 panic=-1 quiet ${2:-}" </dev/null | stdbuf -oL tr -d '\r' > "$1"
+	qrc=${PIPESTATUS[0]}
+	set -e
+	cat "$1"
+}
+boot "$work/console.log"
+qrc1=$qrc
+# A second boot stands for a second host: it restores with clones what the
+# first pushed to the S3 server, sharing nothing else with it.
+echo "qemu-test: booting again as the second host" >&2
+boot "$work/console2.log" branchfs.second
+qrc2=$qrc
+cat "$work/console.log" "$work/console2.log" > "$work/both.log"
 
 # The summary counts every result line: TAP lines of the C tests
 # ("ok N name", "not ok N name"), Go's "--- PASS: name (" lines, and the
@@ -76,7 +88,7 @@ no_fence_more_control fs_rebase traced_fork_events pidfds_and_attr limits view_l
 control_file_identified name_limits commit_threads_fds daemon_stopped gate_freeze gate_oom TestAvailable TestBranchFromGo TestBranchAbortFromGo TestLimits TestLimitsBadInput
 criu_available criu_kdat_cached criu_checkpoint criu_clones_1 criu_clones_3 criu_clones_8 criu_unnoticed criu_generation_ids
 criu_fail_all criu_commit_race criu_incremental criu_incremental_anon criu_lazy_restore criu_lazy_prefetch
-criu_remote_checkpoint criu_remote_restore criu_remote_lazy criu_remote_lazy_prefetch"
+criu_remote_checkpoint criu_remote_bad_secret criu_remote_dropped criu_remote_restore criu_remote_lazy criu_remote_lazy_prefetch"
 results=$work/results
 awk '
 /^== go binding/ { sec = "go"; next }
@@ -99,7 +111,7 @@ sec == "criu" && /^(PASS|FAIL) criu_/ {
 }
 sec == "extra" && /^(PASS|FAIL)[ :]/ { n++; print ($1 ~ /^PASS/ ? "pass" : "fail"), "extra/" n }
 sec == "extra" && /^(not )?ok [0-9]+/ { n++; print ($1 == "ok" ? "pass" : "fail"), "extra/" n }
-' "$work/console.log" > "$results"
+' "$work/both.log" > "$results"
 passed=$(grep -c '^pass ' "$results" || true)
 failed=$(grep -c '^fail ' "$results" || true)
 for t in $want; do
@@ -134,22 +146,27 @@ bad='BUG:|WARNING:|Oops|general protection fault|Kernel panic|kernel BUG|KASAN|U
 # killer's report and of allocations that failed meanwhile, between the
 # marks it writes to the kernel log, are expected; nothing else is.
 awk '/branch_test: gate_oom begins/ { oom = 1 } /branch_test: gate_oom ends/ { oom = 0 }
-	!(oom && /Call Trace:/)' "$work/console.log" > "$work/scanned.log"
+	!(oom && /Call Trace:/)' "$work/both.log" > "$work/scanned.log"
 if grep -qE "$bad" "$work/scanned.log"; then
 	echo "qemu-test: the kernel reported a problem:"
 	grep -nE "$bad" "$work/scanned.log" | head -20
 	failed=$((failed + 1))
 fi
-if ! grep -q '^== kernel log end' "$work/console.log"; then
-	echo "qemu-test: the guest printed no kernel log"
-	failed=$((failed + 1))
-fi
-if [ "$qrc" = 124 ]; then
-	echo "qemu-test: timed out after ${timeout_s}s"
-	failed=$((failed + 1))
-elif ! grep -q '^== guest done' "$work/console.log"; then
-	echo "qemu-test: the guest did not finish (qemu exit $qrc)"
-	failed=$((failed + 1))
-fi
+logs=("$work/console.log" "$work/console2.log")
+rcs=("$qrc1" "$qrc2")
+for i in 0 1; do
+	log=${logs[$i]} rc=${rcs[$i]} boot=$((i + 1))
+	if ! grep -q '^== kernel log end' "$log"; then
+		echo "qemu-test: the guest printed no kernel log (boot $boot)"
+		failed=$((failed + 1))
+	fi
+	if [ "$rc" = 124 ]; then
+		echo "qemu-test: boot $boot timed out after ${timeout_s}s"
+		failed=$((failed + 1))
+	elif ! grep -q '^== guest done' "$log"; then
+		echo "qemu-test: the guest did not finish (boot $boot, qemu exit $rc)"
+		failed=$((failed + 1))
+	fi
+done
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
