@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -69,6 +70,7 @@ func main() {
 	if out, err := build.CombinedOutput(); err != nil {
 		fail("building branchfs: %v: %s", err, out)
 	}
+	loadBefore := loadAverage()
 	server := b.startServer()
 	defer func() { server.Process.Kill(); server.Wait() }() // before the cleanup
 	start := time.Now()
@@ -90,8 +92,14 @@ func main() {
 	fmt.Fprintf(&r, "  every measure; the branch and the plain files on one ext4 (or whatever holds /var/tmp); median of %d runs\n", *runs)
 	fmt.Fprintf(&r, "- plain upload: each file of the branch, read through the branch's view, PUT as an object of its own; plain\n")
 	fmt.Fprintf(&r, "  download: each object GET and written to a native directory. Push and pull do the same bytes as chunks,\n")
-	fmt.Fprintf(&r, "  with hashing, the manifest, the base's versions (push) and writes through the FUSE view (pull)\n\n")
-	fmt.Fprintf(&r, "| measure | ratio | raw |\n| --- | --- | --- |\n")
+	fmt.Fprintf(&r, "  with hashing, the manifest, the base's versions (push) and writes through the FUSE view (pull)\n")
+	loadAfter := loadAverage()
+	fmt.Fprintf(&r, "- load average (1, 5, 15 min; %d CPUs) before: %s; after: %s\n", runtime.NumCPU(), loadBefore, loadAfter)
+	if l := load1(loadBefore); l > 0.5 {
+		fmt.Fprintf(&r, "- **the machine was loaded** (a 1-minute load of %.2f before this run began): the absolute figures suffer;\n", l)
+		fmt.Fprintf(&r, "  the ratios, each side measured in turn under the same load, hold better\n")
+	}
+	fmt.Fprintf(&r, "\n| measure | ratio | raw |\n| --- | --- | --- |\n")
 	for _, l := range b.lines {
 		fmt.Fprintln(&r, l)
 	}
@@ -318,6 +326,18 @@ func (b *bench) parallel(n int, fn func(i int)) {
 		}()
 	}
 	wg.Wait()
+}
+
+// loadAverage is the first three fields of /proc/loadavg.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	must(err)
+	return strings.Join(strings.Fields(string(data))[:3], " ")
+}
+
+func load1(avg string) float64 {
+	v, _ := strconv.ParseFloat(strings.Fields(avg)[0], 64)
+	return v
 }
 
 func median(v []float64) float64 {
