@@ -1,10 +1,11 @@
 #!/bin/busybox sh
 # Time to first output of a clone restored from the S3 server on the host
 # (criu-remote-test.sh runs this when qemu/s3.sh installed it:
-# BRANCHFS_CRIU_BENCH=1 make qemu-test), against the same restore from the
-# local image, for 64 MiB, 256 MiB and 1 GiB subjects that read 1% of
-# their memory (their hot pages) before their first output. Prints
-# "BENCH name value" lines; under TCG only ratios mean anything.
+# BRANCHFS_CRIU_BENCH=1 make qemu-test, or =remote for this bench alone),
+# against the same restore from the local image, for 64 MiB, 256 MiB and
+# 1 GiB subjects that read 1% of their memory (their hot pages) before
+# their first output. Prints "BENCH name value" lines; under TCG only
+# ratios mean anything.
 MNT=/work
 PROG=/tests/criu-stateful
 now() { cut -d' ' -f1 /proc/uptime; }

@@ -7,7 +7,7 @@
 //	go run ./bench/remote
 //
 // The lazy restore from a bucket is measured in the QEMU guest, where CRIU
-// runs (BRANCHFS_CRIU_BENCH=1 make qemu-test: qemu/criu-remote-bench.sh).
+// runs (BRANCHFS_CRIU_BENCH=remote make qemu-test: qemu/criu-remote-bench.sh).
 package main
 
 import (
