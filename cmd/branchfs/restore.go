@@ -29,7 +29,8 @@ ones copy that set in before the clones run.
 this host: the branch is pulled as NAME first if the mount has none (see pull), and the image is
 downloaded in parallel, or, with --lazy, all but its memory, which the clones fault in by ranged GETs
 from the bucket, one fetch for all clones; the working set the first lazy restore records is kept in
-the bucket, where the next one, on any host, finds it and fetches it before the clones run.` + remoteEnv,
+the bucket, where the next one, on any host, finds it and fetches it before the clones run. A restore
+--from that fails aborts the branch it pulled.` + remoteEnv,
 		Example: `  branchfs restore job /mnt/p --clones 4
   branchfs restore job /mnt/p --clones 4 --lazy --from s3://bucket/jobs/job`,
 		Args: cobra.ExactArgs(2),
