@@ -35,6 +35,9 @@ var (
 	ErrQuotaHold = errors.New("a storage limit counts this branch's delta, which a kernel-path run would write unseen")
 	// ErrInvalidLimit: a storage limit below zero.
 	ErrInvalidLimit = errors.New("invalid storage limit")
+	// ErrInvalidData: a per-branch data entry to publish that is not one
+	// (data.go).
+	ErrInvalidData = errors.New("invalid data entry")
 	// ErrReplaced: where others may rename in the base, a directory the
 	// branch changed or removed is no longer the one at its name there.
 	ErrReplaced = errors.New("a directory of the base that the branch changed or removed was replaced by another at its name since")
@@ -64,6 +67,7 @@ var errnos = []struct {
 	{ErrQuota, syscall.EDQUOT},
 	{ErrQuotaHold, syscall.EDQUOT},
 	{ErrInvalidLimit, syscall.EINVAL},
+	{ErrInvalidData, syscall.EINVAL},
 	{ErrMainView, syscall.EINVAL},
 	{ErrReplaced, syscall.EIDRM},
 }

@@ -38,6 +38,7 @@ func TestErrnoTable(t *testing.T) {
 		{ErrQuota, syscall.EDQUOT, ErrQuota},
 		{ErrQuotaHold, syscall.EDQUOT, ErrQuota},
 		{ErrInvalidLimit, syscall.EINVAL, ErrInvalidName},
+		{ErrInvalidData, syscall.EINVAL, ErrInvalidName},
 		{ErrReplaced, syscall.EIDRM, ErrReplaced},
 		// Errors outside the table stand for the errno they wrap.
 		{errDeviceIsMarker, syscall.EPERM, nil},

@@ -204,7 +204,7 @@ func startLazyPages(cfg cloneConfig, work string) (chan error, error) {
 		ours.Close()
 		lazy.Wait()
 		if err == nil && cfg.Record && len(ws) > 0 {
-			_, err = branch.AddImageFile(cfg.Pages, WorkingSetName, formatWorkingSet(ws))
+			_, err = branch.AddDataFile(cfg.Pages, WorkingSetName, formatWorkingSet(ws))
 		}
 		if err != nil {
 			// Where a lazy clone's trouble is told: beside its logs.

@@ -16,8 +16,8 @@
 //
 // A checkpoint (Checkpoint) dumps the tree rooted at the run's command,
 // from inside the run's mount and PID namespaces, into
-// STORE/branches/NAME/images/GEN (see branch.PublishImage for how an
-// image is journaled). First it freezes the run's cgroup, then it makes
+// STORE/branches/NAME/images/GEN, the branch's data (images.go; see
+// package branch for how an entry is published). First it freezes the run's cgroup, then it makes
 // a child branch, NAME-checkpoint (the hold), so that NAME, which has a
 // live child, is read-only from then on: the checkpoint's files stay as
 // its memory expects them (the frozen-origin rule). The tree is frozen
@@ -49,7 +49,7 @@
 // (pageserver.go: CRIU's page-server protocol over a socket pair, pages
 // read from the image files, pagemap.go). The page server records the
 // pages the clone faults in; the first lazy restore of an image saves
-// them in it (WorkingSetName, through branch.AddImageFile), and later
+// them in it (WorkingSetName, through branch.AddDataFile), and later
 // ones restore from a view of the image in which those pages are not
 // lazy, so that CRIU copies them in before the tree runs (σCRIU's
 // working-set prefetch).

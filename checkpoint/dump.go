@@ -41,8 +41,8 @@ func HoldName(name string) string { return name + "-checkpoint" }
 
 // Checkpoint dumps the process tree running in branch name (see
 // DumpOptions) into a new image of the branch and returns its meta.
-func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta, error) {
-	var meta branch.ImageMeta
+func Checkpoint(m *explore.Mount, name string, o DumpOptions) (ImageMeta, error) {
+	var meta ImageMeta
 	criu, err := Available()
 	if err != nil {
 		return meta, err
@@ -65,20 +65,20 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta,
 	if err != nil {
 		return meta, err
 	}
-	unlock, err := branch.LockImages(store, name)
+	unlock, err := lockImages(store, name)
 	if err != nil {
 		return meta, err
 	}
 	defer unlock()
-	meta = branch.ImageMeta{Branch: name, Tier: TierFull, RootPID: nsPID(root), MaxPID: treeMaxPID(root),
+	meta = ImageMeta{Branch: name, Tier: TierFull, RootPID: nsPID(root), MaxPID: treeMaxPID(root),
 		LeftAlive: o.LeaveRunning, TrackMem: o.LeaveRunning && softDirty()}
 	// The tiers of --incremental, best first: soft-dirty, the pagemap's
 	// anonymous pages compared with the previous image, and a full dump
 	// when there is no previous image.
-	var prev branch.ImageMeta
+	var prev ImageMeta
 	var prevDir string
 	if o.Incremental {
-		prev, prevDir, err = branch.LatestImage(store, name)
+		prev, prevDir, err = LatestImage(store, name)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 		case err != nil:
@@ -116,13 +116,13 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta,
 		madeHold = true
 	}
 	meta.Hold = hold
-	fail := func(err error) (branch.ImageMeta, error) {
+	fail := func(err error) (ImageMeta, error) {
 		if madeHold {
 			m.Abort(hold, true)
 		}
 		return meta, err
 	}
-	staged, err := branch.StageImage(store, name)
+	staged, err := branch.StageData(store)
 	if err != nil {
 		return fail(err)
 	}
@@ -160,9 +160,8 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta,
 	}
 	if err != nil {
 		// The staged image goes; its log stays beside the branch's images.
-		kept := filepath.Join(branch.BranchDataDir(store, name), "dump-failed.log")
-		if os.Rename(log, kept) == nil {
-			log = kept
+		if at, err := publishFiles(m, store, name, FailedDumpsArea, log); err == nil {
+			log = at[filepath.Base(log)]
 		}
 		why := logError(log)
 		if strings.HasPrefix(why, "no log") {
@@ -187,7 +186,7 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (branch.ImageMeta,
 	}
 	meta.Pages = countPages(staged)
 	// The log is kept with the image, under a name CRIU does not read.
-	meta, err = branch.PublishImage(store, staged, meta)
+	meta, err = publishImage(m, staged, meta)
 	if err != nil {
 		return fail(err)
 	}

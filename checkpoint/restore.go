@@ -57,6 +57,10 @@ type Clone struct {
 
 	proc    *explore.Proc
 	created bool // its branch was made
+	// logs is where CRIU's restore writes its log and pid file, staged in
+	// the store: a kept clone's go into its branch's data (RestoresArea)
+	// once it ended.
+	logs string
 }
 
 // report is a clone's answer to Restore: restored (pid, criuMS), or why not.
@@ -78,12 +82,12 @@ func startClone(ctx context.Context, m *explore.Mount, store, parent string, c *
 		return fmt.Errorf("clone %d: %w", i, err)
 	}
 	c.created = true
-	data := branch.BranchDataDir(store, c.Branch)
-	if err := os.MkdirAll(data, 0o700); err != nil {
+	data, err := branch.StageData(store)
+	if err != nil {
 		return fmt.Errorf("clone %d (%s): %w", i, c.Branch, err)
 	}
+	c.logs = data
 	if pages != nil {
-		var err error
 		if cfg.PageSocket, err = pages.listen(data); err != nil {
 			return fmt.Errorf("clone %d (%s): the page server: %w", i, c.Branch, err)
 		}
@@ -168,11 +172,11 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 	if err != nil {
 		return nil, err
 	}
-	var meta branch.ImageMeta
+	var meta ImageMeta
 	var dir string
 	if o.From != nil {
 		meta, dir = o.From.Meta, o.From.Dir
-	} else if meta, dir, err = branch.LatestImage(store, name); err != nil {
+	} else if meta, dir, err = LatestImage(store, name); err != nil {
 		return nil, err
 	}
 	if hi, err := m.Info(meta.Hold); err != nil || hi.State != branch.Live.String() {
@@ -205,7 +209,7 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 		if len(ws) == 0 {
 			out.Recording = true
 		} else {
-			staged, err := branch.StageImage(store, name)
+			staged, err := branch.StageData(store)
 			if err != nil {
 				return nil, err
 			}
@@ -256,6 +260,11 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 			}
 			c.Aborted = true
 		}
+		for _, c := range out.Clones {
+			if c.logs != "" {
+				os.RemoveAll(c.logs)
+			}
+		}
 		return out, cause
 	}
 	var firstErr error
@@ -293,9 +302,15 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 	}
 	for range o.Clones {
 		c := <-done
+		if !o.Keep {
+			os.RemoveAll(c.logs) // they would go with the branch
+		}
 		switch {
 		case o.Keep:
 			c.proc.Keep()
+			if _, err := m.Publish(c.Branch, RestoresArea, c.logs); err != nil {
+				os.RemoveAll(c.logs)
+			}
 		case out.Winner == "" && c.ExitCode == 0 && c.Error == "":
 			if err := c.proc.Commit(); err != nil {
 				c.Error = err.Error()

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-
-	"github.com/branchfs/branchfs/branch"
 )
 
 // Source is a checkpoint image kept elsewhere than in the branch's store
@@ -22,7 +20,7 @@ import (
 // Pages when a lazy clone faults it in, by a page server in Restore's
 // process shared by every clone, so that a page is fetched once for all.
 type Source struct {
-	Meta branch.ImageMeta
+	Meta ImageMeta
 	Dir  string
 	// Pages opens a pages file (pages-ID.img) of the image for the page
 	// server; nil: Dir's are whole. Fill opens one for fillPages, which

@@ -13,5 +13,5 @@
 // file of that name is refused), errno to message (Explain, from the
 // error table of package branch), and the client handle Mount (Open,
 // Create, Commit, Abort, List, Info, View, and the verbs of runs: Hold,
-// Release, Watch, SetLimit).
+// Release, Watch, SetLimit, and Publish of a branch's data).
 package ctl

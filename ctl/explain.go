@@ -27,6 +27,8 @@ func errorOf(op string, errno syscall.Errno) error {
 	switch {
 	case op == CmdHold && errno == syscall.EDQUOT:
 		return branch.ErrQuotaHold
+	case op == CmdPublish && errno == syscall.EINVAL:
+		return branch.ErrInvalidData
 	case op == CmdCommit && !commitErrno(errno):
 		// A commit's ENOSPC, EROFS, EEXIST or EPERM is its filesystem's
 		// (a full disk, an immutable file), not a branch error of that

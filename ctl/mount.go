@@ -335,6 +335,26 @@ func (m *Mount) Unwatch(name string) error {
 	return err
 }
 
+// Publish moves the entry staged at staged (a directory that
+// branch.StageData made in the store) into area of branch name's data, as
+// its next generation, which it returns. The daemon does it, under the
+// store's lock, while the branch is live (CmdPublish).
+func (m *Mount) Publish(name, area, staged string) (int, error) {
+	arg, err := json.Marshal(PublishArg{Area: area, Staged: filepath.Base(staged)})
+	if err != nil {
+		return 0, err
+	}
+	data, err := m.Command(name, CmdPublish+":"+string(arg))
+	if err != nil {
+		return 0, Explain(CmdPublish, name, err)
+	}
+	gen, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return 0, fmt.Errorf("publish in %s: the daemon answered %q", branch.Quote(name), data)
+	}
+	return gen, nil
+}
+
 // CheckBranchName refuses main and invalid names where a branch is meant.
 func CheckBranchName(name string) error {
 	if name == branch.MainName {

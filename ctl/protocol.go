@@ -49,6 +49,10 @@ const (
 	// watch of the view's branch.
 	CmdWatch   = "watch"
 	CmdUnwatch = "unwatch"
+	// CmdPublish moves an entry staged in the store into the view's
+	// branch's data (publish:PublishArg as JSON; branch.Store.PublishData)
+	// and answers its generation.
+	CmdPublish = "publish"
 )
 
 // Args of the verbs that take a fixed one.
@@ -73,6 +77,12 @@ type WatchArg struct {
 	// Cgroup is the run's cgroup v2, to kill should the runner die: a
 	// cgroup of runs (branchfs.runs/NAME) that the caller owns.
 	Cgroup string `json:"cgroup,omitempty"`
+}
+
+// PublishArg is CmdPublish's argument.
+type PublishArg struct {
+	Area   string `json:"area"`   // the branch's data area: "images", say
+	Staged string `json:"staged"` // the entry's base name in the store's stage (branch.StageData)
 }
 
 // Environment variables a run's commands find (explore sets them), which

@@ -176,6 +176,16 @@ func (f *FS) command(ctx context.Context, v *branch.View, cmd string) ([]byte, e
 		return nil, f.unwatch(ctx, v)
 	case verb == ctl.CmdLimit:
 		return nil, f.limit(v, arg)
+	case verb == ctl.CmdPublish:
+		var a ctl.PublishArg
+		if err := json.Unmarshal([]byte(arg), &a); err != nil {
+			return nil, fmt.Errorf("%w: publish argument %q", branch.ErrInvalidData, arg)
+		}
+		gen, err := f.store.PublishData(v.Name(), a.Area, a.Staged)
+		if err != nil {
+			return nil, err
+		}
+		return []byte(strconv.Itoa(gen) + "\n"), nil
 	case verb == ctl.CmdDiff && arg == "":
 		d, err := f.store.Diff(v.Name())
 		if err != nil {

@@ -51,7 +51,7 @@ for i in 1 2 3 4 5 6 7 8 9 10; do
 done
 # What one restore spends its time on (CRIU's log, seconds since its start).
 b=$(branchfs list $MNT | grep -o 'bfresh-clone-[^ ]*' | head -1)
-echo "BENCH-NOTE criu restore log of $b: $(grep -E 'kdat|Forking task|Restore finished successfully' /data/store/branches/$b/restore.log | head -5 | tr '\n' ';')"
+echo "BENCH-NOTE criu restore log of $b: $(grep -E 'kdat|Forking task|Restore finished successfully' /data/store/branches/$b/restores/1/restore.log | head -5 | tr '\n' ';')"
 drop_clones bfresh
 j=$(branchfs restore bfresh $MNT --clones 10 --keep --json)
 par=$(echo "$j" | json_field restore_ms)

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/checkpoint"
 )
 
 // A checkpoint image goes to the bucket with its branch and comes back
@@ -40,7 +40,7 @@ func TestImageThroughTheBucket(t *testing.T) {
 	must(t, os.Symlink("..", filepath.Join(img, "parent-link"))) // not a file: not pushed
 	views := t.TempDir()
 	loc := Location{bucket, "ck/job"}
-	meta := branch.ImageMeta{Gen: 3, Branch: "job", Tier: "full", RootPID: 7, Pages: 1659}
+	meta := checkpoint.ImageMeta{Gen: 3, Branch: "job", Tier: "full", RootPID: 7, Pages: 1659}
 	_, st, err := Push(ctx, b, loc, Source{Name: "job", Parent: "main", View: views, ParentView: views,
 		Image: &Image{Meta: meta, Dir: img}}, Options{})
 	must(t, err)

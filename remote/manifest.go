@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/checkpoint"
 	"github.com/branchfs/branchfs/ctl"
 	"golang.org/x/sys/unix"
 )
@@ -39,8 +40,8 @@ type Manifest struct {
 // Checkpoint is a checkpoint image: its record and its files (CRIU's
 // images; pages-*.img hold the memory).
 type Checkpoint struct {
-	Image branch.ImageMeta `json:"image"`
-	Files []ImageFile      `json:"files"`
+	Image checkpoint.ImageMeta `json:"image"`
+	Files []ImageFile          `json:"files"`
 }
 
 // ImageFile is one file of a checkpoint image.

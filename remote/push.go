@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/checkpoint"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,7 +30,7 @@ type Source struct {
 
 // Image is a checkpoint image on this host: its record and directory.
 type Image struct {
-	Meta branch.ImageMeta
+	Meta checkpoint.ImageMeta
 	Dir  string
 }
 

@@ -136,7 +136,7 @@ func pushableImage(mnt, name string) (*remote.Image, error) {
 	if err != nil {
 		return nil, nil // not ours to read: the branch goes alone
 	}
-	meta, dir, err := branch.LatestImage(store, name)
+	meta, dir, err := checkpoint.LatestImage(store, name)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -210,7 +210,7 @@ func restoreSource(ctx context.Context, m *explore.Mount, name, mnt, url string,
 	if err != nil {
 		return nil, done, err
 	}
-	dir, err := branch.StageImage(store, name)
+	dir, err := branch.StageData(store)
 	if err != nil {
 		return nil, done, err
 	}
