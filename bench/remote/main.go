@@ -30,6 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/branchfs/branchfs/ctl"
 	"github.com/branchfs/branchfs/remote"
 )
 
@@ -183,7 +184,7 @@ func (b *bench) cli(env []string, args ...string) string {
 func (b *bench) branch(name string, fill func(view string)) string {
 	mnt := b.mount("src-" + name)
 	b.cli(nil, "create", name, mnt)
-	v := filepath.Join(mnt, "@"+name)
+	v := filepath.Join(mnt, ctl.BranchPrefix+name)
 	fill(v)
 	return v
 }
