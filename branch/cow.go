@@ -33,29 +33,25 @@ func (v *View) copyUp(rel string, withData bool) (*Entry, error) {
 		}
 		return v.Lookup(rel)
 	}
-	dir, name := path.Split(rel)
-	dir = trimSlash(dir)
-	if err := v.ensureDir(dir); err != nil {
-		return nil, err
-	}
-	top := v.layers[0]
-	pfd, err := top.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	c, err := v.startCopyUp(rel, e, withData)
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(pfd)
-	restore := saveTimes(pfd)
-	src := v.layers[e.Layer]
-	switch e.Stat.Mode & unix.S_IFMT {
+	defer c.close()
+	restore := saveTimes(c.pfd)
+	switch c.st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
-		err = v.copyFile(src, rel, e, top, dir, pfd, name, withData)
+		err = c.viaTmpfile()
 	case unix.S_IFLNK:
-		err = v.copySymlink(src, rel, e, pfd, name)
+		err = c.viaStaging(c.makeSymlink)
 	default:
-		err = v.copySpecial(src, rel, e, pfd, name)
+		if isWhiteout(&c.st) {
+			return nil, errDeviceIsMarker // a base's own: in the delta it would be a tombstone
+		}
+		err = c.viaStaging(c.makeNode)
 	}
 	if errors.Is(err, unix.EEXIST) {
-		err = nil // a concurrent copy-up of the same file won
+		err = nil // a concurrent copy-up of the same entry won
 	}
 	if err != nil {
 		return nil, err
@@ -83,58 +79,187 @@ func (v *View) ensureDir(rel string) error {
 	if !e.IsDir() {
 		return unix.ENOTDIR
 	}
-	dir, name := path.Split(rel)
-	dir = trimSlash(dir)
-	if err := v.ensureDir(dir); err != nil {
-		return err
-	}
-	pfd, err := top.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	c, err := v.startCopyUp(rel, e, false)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(pfd)
-	restore := saveTimes(pfd)
+	defer c.close()
+	restore := saveTimes(c.pfd)
 	defer restore()
-	// Owner, mode, times, xattrs and origin all come from the one
-	// directory opened here: where others may rename in the lower layer,
-	// the one e was looked up from may be another by now.
-	src := v.layers[e.Layer]
-	sfd, err := src.open(rel, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(sfd)
-	var st unix.Stat_t
-	if err := unix.Fstat(sfd, &st); err != nil {
-		return err
-	}
-	// Made whole in STORE/tmp and then renamed into place: a crash never
-	// leaves a copy with the wrong owner, mode or xattrs.
-	staged := v.store.tmpName()
-	if err := unix.Mkdir(staged, st.Mode&07777); err != nil {
-		return err
-	}
-	copyXattrs(sfd, unix.AT_FDCWD, staged)
 	if e.Layer == len(v.layers)-1 {
 		// A store without xattrs goes without the check.
-		if origin, err := originOf(sfd, rel); err == nil {
-			unix.Setxattr(staged, originXattr, []byte(origin), 0)
-		}
+		c.origin, _ = originOf(c.sfd, rel)
 	}
-	err = setOwnerTimes(unix.AT_FDCWD, staged, &st)
-	if err == nil {
-		err = chmodAt(unix.AT_FDCWD, staged, st.Mode&07777)
-	}
-	if err == nil {
-		err = v.store.placeNew("copyup", staged, pfd, name)
-	} else {
-		unix.Rmdir(staged)
-	}
+	err = c.viaStaging(func(staged string) error { return unix.Mkdir(staged, 0o700) })
 	if errors.Is(err, unix.EEXIST) {
 		err = nil // a concurrent copy-up won
 	}
 	v.copiedUp()
 	return err
+}
+
+// A copyUpCtx carries one copy-up from the opening of its source to the
+// naming of its copy. Everything the copy takes (type, data, owner, mode,
+// times, xattrs, origin) comes from the one descriptor sfd: where others
+// may rename in a lower layer, the entry rel was looked up as may be
+// another by now, and a copy that mixed the two would give one file's data
+// another's owner and mode (issue 39).
+type copyUpCtx struct {
+	v        *View
+	sfd      int         // O_PATH descriptor of the source, opened once
+	st       unix.Stat_t // the source's status, read through sfd
+	withData bool        // copy a regular file's data, else leave it empty
+	origin   string      // originXattr for a directory of the base, or ""
+	pfd      int         // O_PATH descriptor of the copy's directory in the top layer
+	name     string      // the copy's name in pfd
+}
+
+// startCopyUp makes the parents of rel exist in the top layer and opens
+// both ends of rel's copy-up. The source must still be of the type e, its
+// lookup, planned with: else ESTALE (a directory: ENOTDIR).
+func (v *View) startCopyUp(rel string, e *Entry, withData bool) (*copyUpCtx, error) {
+	dir, name := path.Split(rel)
+	dir = trimSlash(dir)
+	if err := v.ensureDir(dir); err != nil {
+		return nil, err
+	}
+	pfd, err := v.layers[0].open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	flags := unix.O_PATH | unix.O_NOFOLLOW
+	if e.IsDir() {
+		flags |= unix.O_DIRECTORY
+	}
+	sfd, err := v.layers[e.Layer].open(rel, flags, 0)
+	if err != nil {
+		unix.Close(pfd)
+		return nil, err
+	}
+	c := &copyUpCtx{v: v, sfd: sfd, withData: withData, pfd: pfd, name: name}
+	if err = unix.Fstat(sfd, &c.st); err == nil && c.st.Mode&unix.S_IFMT != e.Stat.Mode&unix.S_IFMT {
+		err = unix.ESTALE
+	}
+	if err != nil {
+		c.close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *copyUpCtx) close() {
+	unix.Close(c.sfd)
+	unix.Close(c.pfd)
+}
+
+// viaTmpfile is the copy-up of a regular file: made in an unnamed file of
+// the top layer (O_TMPFILE), it gets its name only once complete, so a
+// crash leaves nothing.
+func (c *copyUpCtx) viaTmpfile() error {
+	in, err := unix.Open(procPath(c.sfd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(in)
+	out, err := unix.Openat(c.pfd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(out)
+	var size int64
+	if c.withData {
+		size = c.st.Size
+	}
+	// Counted once it has its name; a limit it would pass refuses it
+	// before anything is copied.
+	return c.v.grow(out, func(int64) int64 { return size }, func() error {
+		if err := fillCopy(in, out, &c.st, c.withData); err != nil {
+			return err
+		}
+		if err := failpoint("copyup-staged"); err != nil {
+			return err
+		}
+		err := unix.Linkat(out, "", c.pfd, c.name, unix.AT_EMPTY_PATH)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EPERM) {
+			err = unix.Linkat(unix.AT_FDCWD, procPath(out), c.pfd, c.name, unix.AT_SYMLINK_FOLLOW)
+		}
+		return err
+	})
+}
+
+// viaStaging is the copy-up of what O_TMPFILE cannot make (directories,
+// symlinks, devices, fifos, sockets): made whole at a fresh name in
+// STORE/tmp by mk, then renamed into place, so a crash never leaves a
+// copy with the wrong owner, mode or xattrs.
+func (c *copyUpCtx) viaStaging(mk func(staged string) error) error {
+	staged := c.v.store.tmpName()
+	if err := mk(staged); err != nil {
+		return err
+	}
+	if c.origin != "" {
+		unix.Setxattr(staged, originXattr, []byte(c.origin), 0)
+	}
+	if err := copyMeta(c.sfd, &c.st, unix.AT_FDCWD, staged); err != nil {
+		removeAt(unix.AT_FDCWD, staged)
+		return err
+	}
+	return c.v.store.placeNew("copyup", staged, c.pfd, c.name)
+}
+
+func (c *copyUpCtx) makeSymlink(staged string) error {
+	target, err := readlinkAt(c.sfd, "")
+	if err != nil {
+		return err
+	}
+	return unix.Symlink(target, staged)
+}
+
+func (c *copyUpCtx) makeNode(staged string) error {
+	return unix.Mknod(staged, c.st.Mode&unix.S_IFMT|0o600, int(c.st.Rdev))
+}
+
+// fillCopy gives out, a new file, the data (unless withData is false) and
+// the metadata (copyMeta) of in, whose status is st.
+func fillCopy(in, out int, st *unix.Stat_t, withData bool) error {
+	if withData {
+		if err := copyData(in, out, st.Size); err != nil {
+			return err
+		}
+	}
+	return copyMeta(in, st, out, "")
+}
+
+// copyMeta gives a copy the owner, xattrs, mode and times of its source:
+// src (any descriptor; -1 for no xattrs), whose status is st. The copy is
+// dst itself when name is "", else name beneath directory dst (not
+// followed). The order matters: chown clears set-id bits and file
+// capabilities, so xattrs and mode follow it; an ordinary user may set
+// xattrs only on a file it may write, so the mode follows them; every step
+// before changes the times. A symlink takes owner and times only. xattrs
+// the copy refuses are skipped, as is a chown the daemon may not make.
+func copyMeta(src int, st *unix.Stat_t, dst int, name string) error {
+	at, atName, follow := dst, name, unix.AT_SYMLINK_NOFOLLOW
+	if name == "" {
+		at, atName, follow = unix.AT_FDCWD, procPath(dst), 0
+	}
+	if err := unix.Fchownat(at, atName, int(st.Uid), int(st.Gid), follow); err != nil && !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+		if src >= 0 {
+			copyXattrs(src, dst, name)
+		}
+		var err error
+		if name == "" {
+			err = unix.Fchmod(dst, st.Mode&07777)
+		} else {
+			err = chmodAt(dst, name, st.Mode&07777)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return unix.UtimesNanoAt(at, atName, []unix.Timespec{st.Atim, st.Mtim}, follow)
 }
 
 // saveTimes returns a function that puts back the times of directory fd,
@@ -148,13 +273,6 @@ func saveTimes(fd int) func() {
 		ts := []unix.Timespec{st.Atim, st.Mtim}
 		unix.UtimesNanoAt(fd, ".", ts, unix.AT_SYMLINK_NOFOLLOW)
 	}
-}
-
-func setOwnerTimes(pfd int, name string, st *unix.Stat_t) error {
-	if err := unix.Fchownat(pfd, name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil && !errors.Is(err, unix.EPERM) {
-		return err
-	}
-	return unix.UtimesNanoAt(pfd, name, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // chmodAt changes the mode of name without following a symlink there.
@@ -172,58 +290,6 @@ func chmodAt(pfd int, name string, mode uint32) error {
 		return unix.EOPNOTSUPP
 	}
 	return unix.Chmod(procPath(fd), mode)
-}
-
-func (v *View) copyFile(src *layer, rel string, e *Entry, top *layer, dir string, pfd int, name string, withData bool) error {
-	in, err := src.open(rel, unix.O_RDONLY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(in)
-	out, err := top.open(dir, unix.O_TMPFILE|unix.O_RDWR, e.Stat.Mode&07777)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(out)
-	var size int64
-	if withData {
-		size = e.Stat.Size
-	}
-	// Counted once it has its name; a limit it would pass refuses it
-	// before anything is copied.
-	return v.grow(out, func(int64) int64 { return size }, func() error {
-		if err := fillCopy(in, out, &e.Stat, withData); err != nil {
-			return err
-		}
-		// The copy gets its name only once complete: a crash leaves nothing.
-		if err := failpoint("copyup-staged"); err != nil {
-			return err
-		}
-		err := unix.Linkat(out, "", pfd, name, unix.AT_EMPTY_PATH)
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EPERM) {
-			err = unix.Linkat(unix.AT_FDCWD, procPath(out), pfd, name, unix.AT_SYMLINK_FOLLOW)
-		}
-		return err
-	})
-}
-
-// fillCopy gives out, a new file, the data (unless withData is false),
-// owner, mode, xattrs and times of in, whose status is st.
-func fillCopy(in, out int, st *unix.Stat_t, withData bool) error {
-	if withData {
-		if err := copyData(in, out, st.Size); err != nil {
-			return err
-		}
-	}
-	if err := unix.Fchown(out, int(st.Uid), int(st.Gid)); err != nil && !errors.Is(err, unix.EPERM) {
-		return err
-	}
-	// chown clears set-id bits, so the mode goes after it.
-	if err := unix.Fchmod(out, st.Mode&07777); err != nil {
-		return err
-	}
-	copyXattrs(in, out, "")
-	return unix.UtimesNanoAt(unix.AT_FDCWD, procPath(out), []unix.Timespec{st.Atim, st.Mtim}, 0)
 }
 
 // copyData clones the file where the filesystem can, else copies it
@@ -277,47 +343,6 @@ func copyThrough(in, out int, off, n int64) (int, error) {
 		return 0, err
 	}
 	return unix.Pwrite(out, buf[:got], off)
-}
-
-// copySymlink and copySpecial make the copy in STORE/tmp and rename it into
-// place once whole, as ensureDir does.
-func (v *View) copySymlink(src *layer, rel string, e *Entry, pfd int, name string) error {
-	target, err := src.readlink(rel)
-	if err != nil {
-		return err
-	}
-	staged := v.store.tmpName()
-	if err := unix.Symlink(target, staged); err != nil {
-		return err
-	}
-	if err := setOwnerTimes(unix.AT_FDCWD, staged, &e.Stat); err != nil {
-		unix.Unlink(staged)
-		return err
-	}
-	return v.store.placeNew("copyup", staged, pfd, name)
-}
-
-func (v *View) copySpecial(src *layer, rel string, e *Entry, pfd int, name string) error {
-	if isWhiteout(&e.Stat) {
-		return errDeviceIsMarker // a base's own: in the delta it would be a tombstone
-	}
-	staged := v.store.tmpName()
-	if err := unix.Mknod(staged, e.Stat.Mode, int(e.Stat.Rdev)); err != nil {
-		return err
-	}
-	if sfd, err := src.open(rel, unix.O_PATH|unix.O_NOFOLLOW, 0); err == nil {
-		copyXattrs(sfd, unix.AT_FDCWD, staged)
-		unix.Close(sfd)
-	}
-	err := setOwnerTimes(unix.AT_FDCWD, staged, &e.Stat)
-	if err == nil {
-		err = chmodAt(unix.AT_FDCWD, staged, e.Stat.Mode&07777)
-	}
-	if err != nil {
-		unix.Unlink(staged)
-		return err
-	}
-	return v.store.placeNew("copyup", staged, pfd, name)
 }
 
 // copyXattrs copies the xattrs of src (any descriptor) to dst: the file

@@ -71,3 +71,66 @@ func TestCopyUp(t *testing.T) {
 		})
 	}
 }
+
+// A copy keeps its source's xattrs and mode together, whatever the mode
+// and whoever copies: a copy-up of a read-only file by an ordinary user
+// (who may set xattrs only on a file it may write), and a commit from a
+// store apart from the base of a file with capabilities (which chown
+// clears) as root.
+func TestCopyKeepsXattrsAndMode(t *testing.T) {
+	// VFS_CAP_REVISION_2, effective, CAP_NET_RAW permitted.
+	caps := []byte{0, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	root := os.Geteuid() == 0
+	for _, c := range []struct {
+		name  string
+		apart bool
+	}{{"copy-up", false}, {"commit apart", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			var s *Store
+			var base string
+			if c.apart {
+				s, base = newStoreApart(t)
+			} else {
+				s, base = newStore(t)
+			}
+			p := filepath.Join(base, "ro")
+			mustOK(t, os.WriteFile(p, []byte("ro"), 0o644))
+			if err := unix.Setxattr(p, "user.k", []byte("v"), 0); errors.Is(err, unix.EOPNOTSUPP) {
+				t.Skip("no user xattrs")
+			}
+			if root {
+				mustOK(t, unix.Setxattr(p, "security.capability", caps, 0))
+			}
+			mustOK(t, os.Chmod(p, 0o444))
+			v := mustCreate(t, s, "b", MainName)
+			if _, err := v.CopyUp("ro", true); err != nil {
+				t.Fatal(err)
+			}
+			got := filepath.Join(s.deltaDir("b"), "ro")
+			if c.apart {
+				// The commit replaces the base's file by the branch's copy.
+				mustOK(t, os.Chmod(p, 0o644))
+				mustOK(t, unix.Removexattr(p, "user.k"))
+				if root {
+					mustOK(t, unix.Removexattr(p, "security.capability"))
+				}
+				mustOK(t, os.Chmod(p, 0o444))
+				mustCommit(t, s, "b")
+				got = p
+			}
+			if val, err := getXattr(got, "user.k"); err != nil || string(val) != "v" {
+				t.Errorf("user.k = %q, %v; want v", val, err)
+			}
+			if root {
+				if val, err := getXattr(got, "security.capability"); err != nil || len(val) == 0 {
+					t.Errorf("security.capability = %x, %v; want it kept", val, err)
+				}
+			}
+			var st unix.Stat_t
+			mustOK(t, unix.Stat(got, &st))
+			if st.Mode&07777 != 0o444 {
+				t.Errorf("mode %o, want 444", st.Mode&07777)
+			}
+		})
+	}
+}

@@ -574,9 +574,15 @@ func (l *layer) readlink(rel string) (string, error) {
 		return "", err
 	}
 	defer unix.Close(pfd)
+	return readlinkAt(pfd, name)
+}
+
+// readlinkAt is the target of symlink name in directory dirfd, or of
+// dirfd itself (an O_PATH descriptor of the link) when name is "".
+func readlinkAt(dirfd int, name string) (string, error) {
 	buf := make([]byte, 4096)
 	for {
-		n, err := unix.Readlinkat(pfd, name, buf)
+		n, err := unix.Readlinkat(dirfd, name, buf)
 		if err != nil {
 			return "", err
 		}

@@ -385,6 +385,7 @@ func copyTree(sfd int, sname string, dfd int, dname string) error {
 	if err := unix.Fstatat(sfd, sname, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return err
 	}
+	src := -1 // where the xattrs come from
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		if err := unix.Mkdirat(dfd, dname, 0o700); err != nil {
@@ -416,7 +417,7 @@ func copyTree(sfd int, sname string, dfd int, dname string) error {
 				return err
 			}
 		}
-		copyXattrs(in, dfd, dname)
+		src = in
 	case unix.S_IFREG:
 		in, err := unix.Openat(sfd, sname, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -431,32 +432,23 @@ func copyTree(sfd int, sname string, dfd int, dname string) error {
 		if err := copyData(in, out, st.Size); err != nil {
 			return err
 		}
-		copyXattrs(in, out, "")
+		src = in
 	case unix.S_IFLNK:
-		target := make([]byte, st.Size+1)
-		n, err := unix.Readlinkat(sfd, sname, target)
+		target, err := readlinkAt(sfd, sname)
 		if err != nil {
 			return err
 		}
-		if err := unix.Symlinkat(string(target[:n]), dfd, dname); err != nil {
+		if err := unix.Symlinkat(target, dfd, dname); err != nil {
 			return err
 		}
-		return setOwnerTimes(dfd, dname, &st)
 	default:
-		if err := unix.Mknodat(dfd, dname, st.Mode, int(st.Rdev)); err != nil {
+		if err := unix.Mknodat(dfd, dname, st.Mode&unix.S_IFMT|0o600, int(st.Rdev)); err != nil {
 			return err
 		}
 		if fd, err := unix.Openat(sfd, sname, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
-			copyXattrs(fd, dfd, dname)
-			unix.Close(fd)
+			defer unix.Close(fd)
+			src = fd
 		}
 	}
-	// chown clears set-id bits, so the mode goes after it; times last.
-	if err := unix.Fchownat(dfd, dname, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil && !errors.Is(err, unix.EPERM) {
-		return err
-	}
-	if err := chmodAt(dfd, dname, st.Mode&07777); err != nil {
-		return err
-	}
-	return unix.UtimesNanoAt(dfd, dname, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
+	return copyMeta(src, &st, dfd, dname)
 }
