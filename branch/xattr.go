@@ -140,3 +140,80 @@ func getXattr(p, name string) ([]byte, error) {
 	}
 	return buf[:sz], nil
 }
+
+// GetXattr reads an extended attribute into buf (nil: report its size).
+func (v *View) GetXattr(rel, name string, buf []byte) (int, error) {
+	if IsInternalXattr(name) {
+		return 0, unix.ENODATA
+	}
+	var n int
+	err := v.atShown(rel, func(dirfd int, base string) (err error) {
+		n, err = getxattrAt(dirfd, base, name, buf)
+		return err
+	})
+	return n, noACL(name, err)
+}
+
+// noACL: a filesystem without POSIX ACLs (ramfs, tmpfs without them)
+// answers EOPNOTSUPP for an ACL, where the kernel expects ENODATA, "none":
+// it would fail every permission check that reads the ACL, a non-owner's
+// read of a world-readable file included.
+func noACL(name string, err error) error {
+	if err == unix.EOPNOTSUPP && (name == "system.posix_acl_access" || name == "system.posix_acl_default") {
+		return unix.ENODATA
+	}
+	return err
+}
+
+// ListXattr lists extended attribute names, without internal ones.
+func (v *View) ListXattr(rel string) ([]string, error) {
+	var all []string
+	err := v.atShown(rel, func(dirfd int, base string) (err error) {
+		all, err = xattrNames(func(buf []byte) (int, error) { return listxattrAt(dirfd, base, buf) })
+		return err
+	})
+	return withoutInternal(all), err
+}
+
+func withoutInternal(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if !IsInternalXattr(n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// SetXattr sets an extended attribute, copying rel up first.
+func (v *View) SetXattr(rel, name string, val []byte, flags int) error {
+	if IsInternalXattr(name) {
+		return unix.EPERM
+	}
+	return v.topEntry(rel, true, func(pfd int, n string) error {
+		fd, err := unix.Openat(pfd, n, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return unix.Setxattr(procPath(fd), name, val, flags)
+	})
+}
+
+// RemoveXattr removes an extended attribute, copying rel up first.
+func (v *View) RemoveXattr(rel, name string) error {
+	if IsInternalXattr(name) {
+		return unix.EPERM
+	}
+	if _, err := v.GetXattr(rel, name, nil); err != nil {
+		return err
+	}
+	return v.topEntry(rel, true, func(pfd int, n string) error {
+		fd, err := unix.Openat(pfd, n, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return unix.Removexattr(procPath(fd), name)
+	})
+}
