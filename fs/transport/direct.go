@@ -9,9 +9,10 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// answerDirect answers the requests a small-file workload is made of
-// (LOOKUP, GETATTR, SETATTR, CREATE, OPEN, MKDIR, UNLINK, RMDIR, WRITE,
-// COPY_FILE_RANGE, RELEASE, GETXATTR, LISTXATTR, REMOVEXATTR, FORGET) without go-fuse's
+// answerDirect answers the requests a small-file workload is made of (those
+// with a direct answer in the opcode table: LOOKUP, GETATTR, SETATTR,
+// CREATE, OPEN, MKDIR, UNLINK, RMDIR, WRITE, COPY_FILE_RANGE, RELEASE,
+// GETXATTR, LISTXATTR, REMOVEXATTR, FORGET) without go-fuse's
 // ProtocolServer.HandleRequest, which allocates a request of about 900
 // bytes and a channel for each: three quarters of what the daemon
 // allocated during an extraction of Go's src/, and of the collections
@@ -35,143 +36,180 @@ func (l *Loop) answerDirect(b *loopBuf, req []byte) (size int, ok bool) {
 	if h.TotalExtlen != 0 || h.NodeId == pollHackInode {
 		return 0, false
 	}
-	out := b.out
-	hdr := int(unsafe.Sizeof(fuse.OutHeader{}))
-	var st fuse.Status
-	outSize := 0
-	switch h.Opcode {
-	case opLookup:
-		name := cString(req[unsafe.Sizeof(*h):])
-		if h.NodeId == fuse.FUSE_ROOT_ID && name == pollHackName {
-			return 0, false
-		}
-		eo := zeroed[fuse.EntryOut](out[hdr:])
-		st, outSize = l.call(func() fuse.Status { return l.raw.Lookup(l.never, h, name, eo) }), int(unsafe.Sizeof(*eo))
-	case opGetattr:
-		in, _, ok := argOf[fuse.GetAttrIn](req)
-		if !ok {
-			return 0, false
-		}
-		ao := zeroed[fuse.AttrOut](out[hdr:])
-		st, outSize = l.call(func() fuse.Status { return l.raw.GetAttr(l.never, in, ao) }), int(unsafe.Sizeof(*ao))
-	case opSetattr:
-		in, _, ok := argOf[fuse.SetAttrIn](req)
-		if !ok {
-			return 0, false
-		}
-		ao := zeroed[fuse.AttrOut](out[hdr:])
-		st, outSize = l.call(func() fuse.Status { return l.raw.SetAttr(l.never, in, ao) }), int(unsafe.Sizeof(*ao))
-	case opCreate:
-		in, rest, ok := argOf[fuse.CreateIn](req)
-		if !ok {
-			return 0, false
-		}
-		name := cString(rest)
-		co := zeroed[fuse.CreateOut](out[hdr:])
-		st, outSize = l.call(func() fuse.Status { return l.raw.Create(l.never, in, name, co) }), int(unsafe.Sizeof(*co))
-	case opMkdir:
-		in, rest, ok := argOf[fuse.MkdirIn](req)
-		if !ok {
-			return 0, false
-		}
-		name := cString(rest)
-		eo := zeroed[fuse.EntryOut](out[hdr:])
-		st, outSize = l.call(func() fuse.Status { return l.raw.Mkdir(l.never, in, name, eo) }), int(unsafe.Sizeof(*eo))
-	case opUnlink, opRmdir:
-		name := cString(req[unsafe.Sizeof(*h):])
-		if h.Opcode == opUnlink {
-			st = l.call(func() fuse.Status { return l.raw.Unlink(l.never, h, name) })
-		} else {
-			st = l.call(func() fuse.Status { return l.raw.Rmdir(l.never, h, name) })
-		}
-	case opWrite:
-		in, data, ok := argOf[fuse.WriteIn](req)
-		if !ok {
-			return 0, false
-		}
-		wo := zeroed[fuse.WriteOut](out[hdr:])
-		b.iov[0] = data
-		st = l.call(func() (st fuse.Status) {
-			// As go-fuse: Writev, or Write where that is not implemented.
-			if wo.Size, st = l.raw.Writev(l.never, in, b.iov[:]); st == fuse.ENOSYS {
-				wo.Size, st = l.raw.Write(l.never, in, data)
-			}
-			return st
-		})
-		b.iov[0] = nil
-		outSize = int(unsafe.Sizeof(*wo))
-	case opRelease:
-		in, _, ok := argOf[fuse.ReleaseIn](req)
-		if !ok {
-			return 0, false
-		}
-		l.call(func() fuse.Status { l.raw.Release(l.never, in); return fuse.OK })
-	case opGetxattr, opListxattr:
-		in, rest, ok := argOf[fuse.GetXAttrIn](req)
-		if !ok || !l.directXattr || hdr+int(in.Size) > len(out) {
-			return 0, false
-		}
-		var name string
-		if h.Opcode == opGetxattr {
-			name = cString(rest)
-		}
-		get := func(dest []byte) (n uint32, st fuse.Status) {
-			if h.Opcode == opGetxattr {
-				return l.raw.GetXAttr(l.never, h, name, dest)
-			}
-			return l.raw.ListXAttr(l.never, h, dest)
-		}
-		// Two requests in one, as for getxattr(2): with a size of 0 the
-		// value's length in a structure, otherwise the value itself.
-		if in.Size == 0 {
-			xo := zeroed[fuse.GetXAttrOut](out[hdr:])
-			st = l.call(func() (st fuse.Status) { xo.Size, st = get(nil); return st })
-			if st == fuse.ERANGE {
-				st = fuse.OK // no size is too small for the length
-			}
-			outSize = int(unsafe.Sizeof(*xo))
-		} else {
-			var n uint32
-			st = l.call(func() (st fuse.Status) { n, st = get(out[hdr : hdr+int(in.Size)]); return st })
-			outSize = int(min(n, in.Size))
-		}
-	case opRemovexattr:
-		if !l.directXattr {
-			return 0, false
-		}
-		name := cString(req[unsafe.Sizeof(*h):])
-		st = l.call(func() fuse.Status { return l.raw.RemoveXAttr(l.never, h, name) })
-	case opOpen:
-		in, _, ok := argOf[fuse.OpenIn](req)
-		if !ok {
-			return 0, false
-		}
-		oo := zeroed[fuse.OpenOut](out[hdr:])
-		st, outSize = l.call(func() fuse.Status { return l.raw.Open(l.never, in, oo) }), int(unsafe.Sizeof(*oo))
-	case opCopyFileRange:
-		in, _, ok := argOf[fuse.CopyFileRangeIn](req)
-		if !ok {
-			return 0, false
-		}
-		wo := zeroed[fuse.WriteOut](out[hdr:])
-		st = l.call(func() (st fuse.Status) { wo.Size, st = l.raw.CopyFileRange(l.never, in); return st })
-		outSize = int(unsafe.Sizeof(*wo))
-	case opForget:
-		in, _, ok := argOf[fuse.ForgetIn](req)
-		if !ok || l.rememberInodes {
-			return 0, false
-		}
-		l.call(func() fuse.Status { l.raw.Forget(h.NodeId, in.Nlookup); return fuse.OK })
-		return 0, true // no reply
-	default:
+	op := opcodeOf(req)
+	if op.direct == nil {
 		return 0, false
+	}
+	st, outSize, ok := op.direct(l, b, h, req)
+	if !ok {
+		return 0, false
+	}
+	if op.noReply {
+		return 0, true
 	}
 	if st != fuse.OK {
 		outSize = 0 // an error carries nothing after the header
 	}
-	oh := (*fuse.OutHeader)(unsafe.Pointer(&out[0]))
+	hdr := int(unsafe.Sizeof(fuse.OutHeader{}))
+	oh := (*fuse.OutHeader)(unsafe.Pointer(&b.out[0]))
 	*oh = fuse.OutHeader{Length: uint32(hdr + outSize), Status: -int32(st), Unique: h.Unique}
 	return hdr + outSize, true
+}
+
+// hdr is the size of a reply's header, after which its structure goes.
+const hdr = int(unsafe.Sizeof(fuse.OutHeader{}))
+
+// The opcodes' direct answers (opcode.direct).
+
+func directLookup(l *Loop, b *loopBuf, h *fuse.InHeader, req []byte) (fuse.Status, int, bool) {
+	name := cString(req[unsafe.Sizeof(*h):])
+	if h.NodeId == fuse.FUSE_ROOT_ID && name == pollHackName {
+		return 0, 0, false
+	}
+	eo := zeroed[fuse.EntryOut](b.out[hdr:])
+	return l.call(func() fuse.Status { return l.raw.Lookup(l.never, h, name, eo) }), int(unsafe.Sizeof(*eo)), true
+}
+
+func directGetattr(l *Loop, b *loopBuf, h *fuse.InHeader, req []byte) (fuse.Status, int, bool) {
+	in, _, ok := argOf[fuse.GetAttrIn](req)
+	if !ok {
+		return 0, 0, false
+	}
+	ao := zeroed[fuse.AttrOut](b.out[hdr:])
+	return l.call(func() fuse.Status { return l.raw.GetAttr(l.never, in, ao) }), int(unsafe.Sizeof(*ao)), true
+}
+
+func directSetattr(l *Loop, b *loopBuf, h *fuse.InHeader, req []byte) (fuse.Status, int, bool) {
+	in, _, ok := argOf[fuse.SetAttrIn](req)
+	if !ok {
+		return 0, 0, false
+	}
+	ao := zeroed[fuse.AttrOut](b.out[hdr:])
+	return l.call(func() fuse.Status { return l.raw.SetAttr(l.never, in, ao) }), int(unsafe.Sizeof(*ao)), true
+}
+
+func directCreate(l *Loop, b *loopBuf, h *fuse.InHeader, req []byte) (fuse.Status, int, bool) {
+	in, rest, ok := argOf[fuse.CreateIn](req)
+	if !ok {
+		return 0, 0, false
+	}
+	name := cString(rest)
+	co := zeroed[fuse.CreateOut](b.out[hdr:])
+	return l.call(func() fuse.Status { return l.raw.Create(l.never, in, name, co) }), int(unsafe.Sizeof(*co)), true
+}
+
+func directMkdir(l *Loop, b *loopBuf, h *fuse.InHeader, req []byte) (fuse.Status, int, bool) {
+	in, rest, ok := argOf[fuse.MkdirIn](req)
+	if !ok {
+		return 0, 0, false
+	}
+	name := cString(rest)
+	eo := zeroed[fuse.EntryOut](b.out[hdr:])
+	return l.call(func() fuse.Status { return l.raw.Mkdir(l.never, in, name, eo) }), int(unsafe.Sizeof(*eo)), true
+}
+
+func directUnlink(l *Loop, b *loopBuf, h *fuse.InHeader, req []byte) (fuse.Status, int, bool) {
+	name := cString(req[unsafe.Sizeof(*h):])
+	return l.call(func() fuse.Status { return l.raw.Unlink(l.never, h, name) }), 0, true
+}
+
+func directRmdir(l *Loop, b *loopBuf, h *fuse.InHeader, req []byte) (fuse.Status, int, bool) {
+	name := cString(req[unsafe.Sizeof(*h):])
+	return l.call(func() fuse.Status { return l.raw.Rmdir(l.never, h, name) }), 0, true
+}
+
+func directWrite(l *Loop, b *loopBuf, h *fuse.InHeader, req []byte) (fuse.Status, int, bool) {
+	in, data, ok := argOf[fuse.WriteIn](req)
+	if !ok {
+		return 0, 0, false
+	}
+	wo := zeroed[fuse.WriteOut](b.out[hdr:])
+	b.iov[0] = data
+	st := l.call(func() (st fuse.Status) {
+		// As go-fuse: Writev, or Write where that is not implemented.
+		if wo.Size, st = l.raw.Writev(l.never, in, b.iov[:]); st == fuse.ENOSYS {
+			wo.Size, st = l.raw.Write(l.never, in, data)
+		}
+		return st
+	})
+	b.iov[0] = nil
+	return st, int(unsafe.Sizeof(*wo)), true
+}
+
+func directRelease(l *Loop, b *loopBuf, h *fuse.InHeader, req []byte) (fuse.Status, int, bool) {
+	in, _, ok := argOf[fuse.ReleaseIn](req)
+	if !ok {
+		return 0, 0, false
+	}
+	l.call(func() fuse.Status { l.raw.Release(l.never, in); return fuse.OK })
+	return fuse.OK, 0, true
+}
+
+// directGetxattr answers GETXATTR and LISTXATTR.
+func directGetxattr(l *Loop, b *loopBuf, h *fuse.InHeader, req []byte) (fuse.Status, int, bool) {
+	in, rest, ok := argOf[fuse.GetXAttrIn](req)
+	if !ok || !l.directXattr || hdr+int(in.Size) > len(b.out) {
+		return 0, 0, false
+	}
+	var name string
+	if h.Opcode == opGetxattr {
+		name = cString(rest)
+	}
+	get := func(dest []byte) (n uint32, st fuse.Status) {
+		if h.Opcode == opGetxattr {
+			return l.raw.GetXAttr(l.never, h, name, dest)
+		}
+		return l.raw.ListXAttr(l.never, h, dest)
+	}
+	// Two requests in one, as for getxattr(2): with a size of 0 the
+	// value's length in a structure, otherwise the value itself.
+	if in.Size == 0 {
+		xo := zeroed[fuse.GetXAttrOut](b.out[hdr:])
+		st := l.call(func() (st fuse.Status) { xo.Size, st = get(nil); return st })
+		if st == fuse.ERANGE {
+			st = fuse.OK // no size is too small for the length
+		}
+		return st, int(unsafe.Sizeof(*xo)), true
+	}
+	var n uint32
+	st := l.call(func() (st fuse.Status) { n, st = get(b.out[hdr : hdr+int(in.Size)]); return st })
+	return st, int(min(n, in.Size)), true
+}
+
+func directRemovexattr(l *Loop, b *loopBuf, h *fuse.InHeader, req []byte) (fuse.Status, int, bool) {
+	if !l.directXattr {
+		return 0, 0, false
+	}
+	name := cString(req[unsafe.Sizeof(*h):])
+	return l.call(func() fuse.Status { return l.raw.RemoveXAttr(l.never, h, name) }), 0, true
+}
+
+func directOpen(l *Loop, b *loopBuf, h *fuse.InHeader, req []byte) (fuse.Status, int, bool) {
+	in, _, ok := argOf[fuse.OpenIn](req)
+	if !ok {
+		return 0, 0, false
+	}
+	oo := zeroed[fuse.OpenOut](b.out[hdr:])
+	return l.call(func() fuse.Status { return l.raw.Open(l.never, in, oo) }), int(unsafe.Sizeof(*oo)), true
+}
+
+func directCopyFileRange(l *Loop, b *loopBuf, h *fuse.InHeader, req []byte) (fuse.Status, int, bool) {
+	in, _, ok := argOf[fuse.CopyFileRangeIn](req)
+	if !ok {
+		return 0, 0, false
+	}
+	wo := zeroed[fuse.WriteOut](b.out[hdr:])
+	st := l.call(func() (st fuse.Status) { wo.Size, st = l.raw.CopyFileRange(l.never, in); return st })
+	return st, int(unsafe.Sizeof(*wo)), true
+}
+
+func directForget(l *Loop, b *loopBuf, h *fuse.InHeader, req []byte) (fuse.Status, int, bool) {
+	in, _, ok := argOf[fuse.ForgetIn](req)
+	if !ok || l.rememberInodes {
+		return 0, 0, false
+	}
+	l.call(func() fuse.Status { l.raw.Forget(h.NodeId, in.Nlookup); return fuse.OK })
+	return fuse.OK, 0, true
 }
 
 // call runs fn as go-fuse runs a file system's method: a panic is logged

@@ -17,8 +17,8 @@
 // answers a request, no other is read, not even an INTERRUPT, a FORGET or
 // the one a notification waits for. So it waits for nothing that may wait
 // for the reader, and for nothing long: requests that may take long go to
-// workers (mayBlock), and so do those that may wait long for a lock (the
-// file system names them: SlowFiles). Those it answers itself may wait
+// workers, and so do those that may wait long for a lock (the file system
+// names them: SlowFiles); the opcode table (opcodes.go) says which. Those it answers itself may wait
 // only for a lock whose holder needs nothing from the reader, and then for
 // no longer than the holder's work: in branchfs, branch.Store.mu shared,
 // whose exclusive holders (create, commit, abort) read nothing through the
@@ -39,7 +39,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/branchfs/branchfs/branch"
 	"github.com/branchfs/branchfs/internal/lockcheck"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -84,21 +83,11 @@ type Loop struct {
 	work    chan job // to an idle worker (unbuffered: taken only by one waiting)
 	done    chan struct{}
 
-	// Handles open for writing, by file handle (their node IDs) and by
-	// node ID (how many), from CREATE and OPEN replies and RELEASE
-	// requests: see writerChange.
-	writeMu   lockcheck.Mutex[lockcheck.LoopWriters]
-	writeFhs  map[uint64]uint64
-	writeNids map[uint64]int
+	// What the reader knows of nodes before it reads a request's body:
+	// which have writers, which are SlowFiles's (nodes.go).
+	nodes nodes
 
 	expireOnly bool // the kernel can expire a name without dropping it (ExpireEntry)
-
-	// Files whose reads and writes go to workers (SlowFiles): their inode
-	// number, and the kernel's lookups of each of their node IDs, counted
-	// from LOOKUP replies and FORGETs.
-	slowIno   uint64
-	slowMu    lockcheck.Mutex[lockcheck.LoopSlow]
-	slowNodes map[uint64]uint64
 
 	// For answerDirect (direct.go): whether it answers at all (not when
 	// go-fuse logs requests), and GETXATTR and FORGET as go-fuse would
@@ -123,36 +112,6 @@ type loopBuf struct {
 	iov     [1][]byte // a WRITE's data, for Writev (answerDirect)
 }
 
-// Opcodes from linux/fuse.h (go-fuse does not export them).
-const (
-	opLookup        = 1
-	opForget        = 2
-	opGetattr       = 3
-	opSetattr       = 4
-	opMkdir         = 9
-	opUnlink        = 10
-	opRmdir         = 11
-	opRename        = 12
-	opLink          = 13
-	opOpen          = 14
-	opRead          = 15
-	opWrite         = 16
-	opRelease       = 18
-	opFsync         = 20
-	opSetxattr      = 21
-	opGetxattr      = 22
-	opListxattr     = 23
-	opRemovexattr   = 24
-	opFsyncdir      = 30
-	opCreate        = 35
-	opInterrupt     = 36
-	opIoctl         = 39
-	opBatchForget   = 42
-	opFallocate     = 43
-	opRename2       = 45
-	opCopyFileRange = 47
-)
-
 // NewLoop answers INIT on fd, the /dev/fuse descriptor of a mount just
 // made with the options mo, for raw; Serve then answers its requests. On
 // an error the caller unmounts.
@@ -161,12 +120,14 @@ func NewLoop(fd int, raw fuse.RawFileSystem, mo fuse.MountOptions) (*Loop, error
 	// itself to raw.Init: the nodes send notifications and register
 	// passthrough files through it. Its Serve is never called.
 	mo.DirectMount = false // the /dev/fd/N mount point is not to be mounted
+	l := &Loop{fd: fd, done: make(chan struct{}), work: make(chan job),
+		bufSize: mo.MaxWrite + os.Getpagesize()} // headers and argument structures fit in a page
+	raw = &nodeCalls{raw, &l.nodes}
 	srv, err := fuse.NewServer(raw, fmt.Sprintf("/dev/fd/%d", fd), &mo)
 	if err != nil {
 		return nil, err
 	}
-	l := &Loop{fd: fd, ps: fuse.NewProtocolServer(raw, &mo), raw: raw, done: make(chan struct{}), work: make(chan job),
-		bufSize: mo.MaxWrite + os.Getpagesize()} // headers and argument structures fit in a page
+	l.ps, l.raw = fuse.NewProtocolServer(raw, &mo), raw
 	l.pfd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
 	// The protocol server parses requests by the kernel's version and the
 	// flags negotiated at INIT: give it the same INIT the server answered.
@@ -198,7 +159,7 @@ func (l *Loop) Serve() {
 			}
 			break
 		}
-		if (mayBlock(b.in[:n]) || l.slow(b.in[:n])) && !l.writerChange(b.in[:n]) {
+		if l.toWorker(b.in[:n]) {
 			l.workers.Add(1)
 			select {
 			case l.work <- job{b, n}: // an idle worker takes it
@@ -280,8 +241,6 @@ func (l *Loop) answer(b *loopBuf, n int, onReader bool) {
 	if l.interruptsDirect(req) {
 		return
 	}
-	l.trackWriters(req, nil)
-	l.trackSlow(req, nil)
 	unique := (*fuse.InHeader)(unsafe.Pointer(&req[0])).Unique
 	if onReader {
 		l.readerUnique.Store(unique)
@@ -302,10 +261,6 @@ func (l *Loop) answer(b *loopBuf, n int, onReader bool) {
 	st := fuse.OK
 	if !direct {
 		size, st = l.ps.HandleRequest([][]byte{req}, [][]byte{b.out})
-	}
-	if size > 0 {
-		l.trackWriters(req, b.out[:size])
-		l.trackSlow(req, b.out[:size])
 	}
 	if size == 0 {
 		if st.Ok() {
@@ -373,109 +328,6 @@ func (l *Loop) ServeWhile(fn func()) {
 	}()
 	fn()
 	done.Store(true)
-}
-
-// mayBlock says whether a request may take long enough to hold up others:
-// those that may copy a file up, or sync. A commit holds the store's lock,
-// which every other operation of a view waits for anyway.
-func mayBlock(req []byte) bool {
-	h := (*fuse.InHeader)(unsafe.Pointer(&req[0]))
-	switch h.Opcode {
-	case opOpen:
-		if len(req) < int(unsafe.Sizeof(fuse.OpenIn{})) {
-			return false
-		}
-		return branch.OpensForWrite(int((*fuse.OpenIn)(unsafe.Pointer(&req[0])).Flags))
-	case opCreate:
-		// O_EXCL makes a new file; without it an existing one may be
-		// opened for writing.
-		if len(req) < int(unsafe.Sizeof(fuse.CreateIn{})) {
-			return false
-		}
-		return (*fuse.CreateIn)(unsafe.Pointer(&req[0])).Flags&syscall.O_EXCL == 0
-	case opCopyFileRange:
-		// Between files already open, the destination for writing:
-		// nothing is copied up, and a small copy takes less than a
-		// handoff to another thread would. cp asks for each file's size.
-		if len(req) < int(unsafe.Sizeof(fuse.CopyFileRangeIn{})) {
-			return true
-		}
-		return (*fuse.CopyFileRangeIn)(unsafe.Pointer(&req[0])).Len > smallCopy
-	case opSetattr, opRename, opRename2, opLink, opSetxattr, opRemovexattr,
-		opFsync, opFsyncdir, opFallocate:
-		return true
-	}
-	return false
-}
-
-// smallCopy is the largest COPY_FILE_RANGE answered on the reader.
-const smallCopy = 64 << 10
-
-// writerChange says whether req is a SETATTR, SETXATTR or REMOVEXATTR of a
-// node that has a handle open for writing. Such a handle is on the node's
-// file in the view's top layer, through which the change is made (fs:
-// Node.Setattr, Node.changeAttr), so it copies nothing up and takes one
-// system call: answered on the reader, it costs no handoff to another
-// thread. tar sends three SETATTRs per file (times, owner, mode), which
-// made a third of the requests of an extraction; cp -a a SETXATTR of the
-// file's ACL as well.
-func (l *Loop) writerChange(req []byte) bool {
-	h := (*fuse.InHeader)(unsafe.Pointer(&req[0]))
-	if h.Opcode != opSetattr && h.Opcode != opSetxattr && h.Opcode != opRemovexattr {
-		return false
-	}
-	l.writeMu.Lock()
-	defer l.writeMu.Unlock()
-	return l.writeNids[h.NodeId] > 0
-}
-
-// trackWriters keeps writerChange's record of the handles open for
-// writing: from req before it is answered (reply nil), for a RELEASE,
-// and from its reply afterwards, for a CREATE or an OPEN.
-func (l *Loop) trackWriters(req, reply []byte) {
-	h := (*fuse.InHeader)(unsafe.Pointer(&req[0]))
-	hdr := int(unsafe.Sizeof(fuse.OutHeader{}))
-	var nid, fh uint64
-	switch {
-	case h.Opcode == opRelease && reply == nil && len(req) >= int(unsafe.Sizeof(fuse.ReleaseIn{})):
-		fh := (*fuse.ReleaseIn)(unsafe.Pointer(&req[0])).Fh
-		l.writeMu.Lock()
-		if nid, ok := l.writeFhs[fh]; ok {
-			delete(l.writeFhs, fh)
-			if l.writeNids[nid]--; l.writeNids[nid] <= 0 {
-				delete(l.writeNids, nid)
-			}
-		}
-		l.writeMu.Unlock()
-		return
-	case reply == nil || (*fuse.OutHeader)(unsafe.Pointer(&reply[0])).Status != 0:
-		return
-	case h.Opcode == opCreate && len(req) >= int(unsafe.Sizeof(fuse.CreateIn{})) &&
-		len(reply) >= hdr+int(unsafe.Sizeof(fuse.CreateOut{})):
-		if !branch.OpensForWrite(int((*fuse.CreateIn)(unsafe.Pointer(&req[0])).Flags)) {
-			return
-		}
-		out := (*fuse.CreateOut)(unsafe.Pointer(&reply[hdr]))
-		nid, fh = out.NodeId, out.Fh
-	case h.Opcode == opOpen && len(req) >= int(unsafe.Sizeof(fuse.OpenIn{})) &&
-		len(reply) >= hdr+int(unsafe.Sizeof(fuse.OpenOut{})):
-		if !branch.OpensForWrite(int((*fuse.OpenIn)(unsafe.Pointer(&req[0])).Flags)) {
-			return
-		}
-		nid, fh = h.NodeId, (*fuse.OpenOut)(unsafe.Pointer(&reply[hdr])).Fh
-	default:
-		return
-	}
-	if fh == 0 {
-		return // no handle of its own to follow to its release
-	}
-	l.writeMu.Lock()
-	if l.writeFhs == nil {
-		l.writeFhs, l.writeNids = map[uint64]uint64{}, map[uint64]int{}
-	}
-	l.writeFhs[fh] = nid
-	l.writeNids[nid]++
-	l.writeMu.Unlock()
 }
 
 // Done is closed when Serve has answered its last request.

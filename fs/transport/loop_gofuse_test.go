@@ -154,7 +154,7 @@ func request(op uint32, argSize int, arg uint32, payload string) []byte {
 
 // TestLoopGoFuseOpcodes replays an INIT as NewLoop does, then sends
 // each opcode loop.go names through the ProtocolServer and checks that it
-// reaches the method of that name, and that mayBlock sorts it as before.
+// reaches the method of that name, and that the opcode table sends it to a worker as before.
 func TestLoopGoFuseOpcodes(t *testing.T) {
 	rec := &opRecorder{RawFileSystem: fuse.NewDefaultRawFileSystem()}
 	ps := initedServer(t, rec)
@@ -195,8 +195,8 @@ func TestLoopGoFuseOpcodes(t *testing.T) {
 		if rec.got != c.method {
 			t.Errorf("opcode %d reached %q, loop.go takes it for %s", c.op, rec.got, c.method)
 		}
-		if got := mayBlock(req); got != c.blocks {
-			t.Errorf("mayBlock(opcode %d, arg %#x) = %v, want %v", c.op, c.arg, got, c.blocks)
+		if got := (&Loop{}).toWorker(req); got != c.blocks {
+			t.Errorf("toWorker(opcode %d, arg %#x) = %v, want %v", c.op, c.arg, got, c.blocks)
 		}
 	}
 }

@@ -10,11 +10,22 @@ import (
 
 func bytesOf[T any](v *T) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(v)), unsafe.Sizeof(*v)) }
 
-// reply is an answer of status with out after the header, as the
-// ProtocolServer writes it.
-func reply[T any](status int32, out *T) []byte {
-	h := fuse.OutHeader{Status: status}
-	return append(append([]byte{}, bytesOf(&h)...), bytesOf(out)...)
+// handles is a file system whose OPEN and CREATE answer with the handle,
+// node ID and status set in it, for the loop's record of nodes.
+type handles struct {
+	fuse.RawFileSystem
+	fh, nid uint64
+	st      fuse.Status
+}
+
+func (h *handles) Open(_ <-chan struct{}, _ *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	out.Fh = h.fh
+	return h.st
+}
+
+func (h *handles) Create(_ <-chan struct{}, _ *fuse.CreateIn, _ string, out *fuse.CreateOut) fuse.Status {
+	out.Fh, out.NodeId = h.fh, h.nid
+	return h.st
 }
 
 // A SETATTR, SETXATTR or REMOVEXATTR of a node with a handle open for
@@ -22,62 +33,49 @@ func reply[T any](status int32, out *T) []byte {
 // until its RELEASE; any other still goes to a goroutine of its own.
 func TestWriterChangeOnReader(t *testing.T) {
 	l := &Loop{}
-	answer := func(req, rep []byte) {
-		l.trackWriters(req, nil)
-		l.trackWriters(req, rep)
-	}
-	setattr := func(nid uint64) []byte {
+	fs := &handles{RawFileSystem: fuse.NewDefaultRawFileSystem()}
+	calls := &nodeCalls{fs, &l.nodes}
+	onReader := func(op uint32, nid uint64) bool {
 		in := fuse.SetAttrIn{}
-		in.Opcode, in.NodeId = opSetattr, nid
-		return bytesOf(&in)
+		in.Opcode, in.NodeId = op, nid
+		return !l.toWorker(bytesOf(&in))
 	}
-	onReader := func(nid uint64) bool {
-		req := setattr(nid)
-		if !mayBlock(req) {
-			t.Fatal("mayBlock no longer sends every SETATTR to a goroutine")
-		}
-		return l.writerChange(req)
-	}
-	xattrOnReader := func(op uint32, nid uint64) bool {
-		in := fuse.InHeader{Opcode: op, NodeId: nid}
-		req := bytesOf(&in)
-		if !mayBlock(req) {
-			t.Fatal("mayBlock no longer sends every SETXATTR and REMOVEXATTR to a goroutine")
-		}
-		return l.writerChange(req)
-	}
+	setattrOnReader := func(nid uint64) bool { return onReader(opSetattr, nid) }
 	release := func(nid, fh uint64) {
 		in := fuse.ReleaseIn{Fh: fh}
 		in.Opcode, in.NodeId = opRelease, nid
-		answer(bytesOf(&in), reply(0, &struct{}{}))
+		calls.Release(nil, &in)
 	}
-	open := func(nid, fh uint64, flags uint32, status int32) {
+	open := func(nid, fh uint64, flags uint32, st fuse.Status) {
 		in := fuse.OpenIn{Flags: flags}
 		in.Opcode, in.NodeId = opOpen, nid
-		answer(bytesOf(&in), reply(status, &fuse.OpenOut{Fh: fh}))
+		fs.fh, fs.st = fh, st
+		calls.Open(nil, &in, &fuse.OpenOut{})
+	}
+	if setattrOnReader(7) || onReader(opSetxattr, 7) || onReader(opRemovexattr, 7) {
+		t.Fatal("the opcode table no longer sends every SETATTR, SETXATTR and REMOVEXATTR of a node without writers to a goroutine")
 	}
 
 	create := fuse.CreateIn{Flags: syscall.O_WRONLY | syscall.O_CREAT | syscall.O_EXCL}
 	create.Opcode, create.NodeId = opCreate, 1
-	out := fuse.CreateOut{}
-	out.NodeId, out.Fh = 7, 3
-	answer(bytesOf(&create), reply(0, &out))
-	if !onReader(7) || !xattrOnReader(opSetxattr, 7) || !xattrOnReader(opRemovexattr, 7) {
+	fs.nid, fs.fh, fs.st = 7, 3, fuse.OK
+	calls.Create(nil, &create, "f", &fuse.CreateOut{})
+	if !setattrOnReader(7) || !onReader(opSetxattr, 7) || !onReader(opRemovexattr, 7) {
 		t.Error("SETATTR, SETXATTR or REMOVEXATTR of a file just created for writing goes to a goroutine")
 	}
-	open(8, 4, syscall.O_RDONLY, 0)
-	open(9, 6, syscall.O_WRONLY, -int32(syscall.EACCES))
-	if onReader(1) || onReader(8) || onReader(9) {
+	open(8, 4, syscall.O_RDONLY, fuse.OK)
+	open(9, 6, syscall.O_WRONLY, fuse.EACCES)
+	if setattrOnReader(1) || setattrOnReader(8) || setattrOnReader(9) {
 		t.Error("SETATTR of a directory, of a file open for reading or of a failed open on the reader")
 	}
-	open(7, 5, syscall.O_RDWR, 0)
+	open(7, 5, syscall.O_RDWR, fuse.OK)
 	release(7, 3)
-	if !onReader(7) {
+	if !setattrOnReader(7) {
 		t.Error("SETATTR after one of two writers' release goes to a goroutine")
 	}
 	release(7, 5)
 	release(8, 4)
-	if onReader(7) || xattrOnReader(opSetxattr, 7) {
+	if setattrOnReader(7) || onReader(opSetxattr, 7) {
 		t.Error("SETATTR or SETXATTR after the last writer's release on the reader")
 	}
 }
@@ -91,8 +89,8 @@ func TestSmallCopyOnReader(t *testing.T) {
 	}{{7, false}, {smallCopy, false}, {smallCopy + 1, true}, {1 << 40, true}} {
 		in := fuse.CopyFileRangeIn{Len: c.len}
 		in.Opcode = opCopyFileRange
-		if got := mayBlock(bytesOf(&in)); got != c.block {
-			t.Errorf("COPY_FILE_RANGE of %d bytes: mayBlock %v, want %v", c.len, got, c.block)
+		if got := (&Loop{}).toWorker(bytesOf(&in)); got != c.block {
+			t.Errorf("COPY_FILE_RANGE of %d bytes: toWorker %v, want %v", c.len, got, c.block)
 		}
 	}
 }
