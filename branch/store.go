@@ -17,21 +17,24 @@
 //	STORE/stage/               commits' stages (stage.go)
 //	STORE/base-stages/NAME     a stage this store made in the base (stage.go)
 //
-// Locking. The lock order, outermost first; a lock is taken only while
-// holding locks above it, and internal/lockcheck checks that in
-// race-enabled builds:
+// Locking. The lock tree, outermost first: a lock is taken only while
+// holding none or only locks above it on its path, and internal/lockcheck
+// checks that in race-enabled builds.
 //
 //	Store.mu
 //	  layer.mu       making a branch's delta directory at its first write
 //	  View.cacheMu   a view's cache of directory layering
 //	  dirFds.mu      a delta layer's kept directory descriptors
+//	  Store.quotaMu  what deltas use (quota.go), across the system call of
+//	                 a change it charges
 //
 // Every view operation holds Store.mu shared, from its first lookup to its
 // last change (View.Lock, LockRoot), and so does every change to an open
 // File's data (File.lockWritable); create, commit, abort, hold, release and
 // close hold it exclusively, so that no operation sees half of a commit.
-// The locks below it are leaves: nothing is taken under them. Package fs
-// nests locks of its own inside Store.mu (see its documentation).
+// The locks below it are leaves: nothing is taken under them. The server's
+// locks that nest around or inside Store.mu are drawn where they live, in
+// packages fs and fs/transport.
 //
 // No goroutine takes Store.mu while it holds it, shared or not: Go's
 // RWMutex lets no reader past a waiting writer, and the writer waits for

@@ -2,18 +2,23 @@
 // each branch at MNT/@NAME. It is glue: every decision about what a path
 // means is made in package branch.
 //
-// Locking. The lock order, outermost first; a lock is taken only while
-// holding locks above it, and internal/lockcheck checks that in
-// race-enabled builds:
+// Locking. The lock tree, outermost first: a lock is taken only while
+// holding none or only locks above it on its path, and internal/lockcheck
+// checks that in race-enabled builds.
 //
-//	ctlHandle.mu           a control handle's answer, across the list it runs
-//	branch.Store.mu        through View.Lock and LockRoot (Node.begin), and
-//	                       in the Store methods the commands call
-//	  Node.openMu          a node's open handles
-//	    FS.passMu          handles that write through passthrough
-//	  FS.mu                nodes and open handles by view
-//	  FS.holdMu            the holds of kernel-path runs
-//	  FS.runMu             the runners that watch their runs (watch.go)
+//	transport's rawDirs.mu      across a directory read without a handle
+//	ctlHandle.mu                a control handle's answer, across the list it runs
+//	  branch.Store.mu           through View.Lock and LockRoot (Node.begin), and
+//	                            in the Store methods the commands call
+//	    (branch's own leaves)   package branch
+//	    Node.openMu             a node's open handles (Node.tops, lowers, file)
+//	      FS.passMu             handles that write through passthrough
+//	    FS.mu                   nodes and open handles by view (trim.go)
+//	    FS.holdMu               the holds of kernel-path runs (hold.go)
+//	    FS.runMu                the runners that watch their runs (watch.go)
+//
+// rawDirs.mu and ctlHandle.mu never nest. The locks under Store.mu may also
+// be taken alone; FS.passMu, FS.mu, FS.holdMu and FS.runMu are leaves.
 //
 // A request takes Store.mu once, in Node.begin or View.Lock: under it, call
 // view methods and the store's ...Locked methods, never a Store method that

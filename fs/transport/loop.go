@@ -3,15 +3,20 @@
 // gives below go-fuse's node API (Wrap). It decides nothing about
 // branches.
 //
-// Locking. The lock order, outermost first; internal/lockcheck checks it in
-// race-enabled builds:
+// Locking. The lock tree, outermost first: a lock is taken only while
+// holding none or only locks above it on its path, and internal/lockcheck
+// checks that in race-enabled builds.
 //
-//	rawDirs.mu             across a directory read without a handle, and so
-//	                       around the file system's locks (branch.Store.mu)
-//	Loop.writeMu           leaves, around nothing
-//	Loop.directMu
-//	Loop.bufMu
-//	Loop.slowMu
+//	rawDirs.mu              across a directory read without a handle
+//	  (the file system's)   branch.Store.mu and what nests in it (package fs)
+//	Loop.directMu           the requests being answered directly
+//	Loop.bufMu              the free buffers
+//	nodes.writeMu           which nodes have writers (nodes.go)
+//	nodes.slowMu            which nodes are SlowFiles's
+//
+// The last four are leaves, each taken alone around no call: by the
+// reader and workers in Loop.answer and Serve, and by nodeCalls before or
+// after, never during, the file system's call.
 //
 // The reader is a lock of its own kind: Loop.Serve has one, and while it
 // answers a request, no other is read, not even an INTERRUPT, a FORGET or

@@ -62,7 +62,7 @@ var opcodes = [opLast + 1]opcode{
 	opForget:  {direct: directForget, noReply: true},
 	opGetattr: {direct: directGetattr},
 	// Answered on the reader for a node with a handle open for writing
-	// (writerChange); on a worker otherwise, as it may copy up.
+	// (notWriterChange); on a worker otherwise, as it may copy up.
 	opSetattr:     {worker: notWriterChange, direct: directSetattr},
 	opSetxattr:    {worker: notWriterChange},
 	opRemovexattr: {worker: notWriterChange, direct: directRemovexattr},

@@ -14,8 +14,9 @@ import (
 // FOPEN_KEEP_CACHE are the defaults then) and reads them, when its copy is
 // missing, with file handle 0. rawDirs gives those reads a handle of the
 // node file system, one per directory, and drops it at the end of the
-// listing (an empty reply: offsets are positions in it). A stale view still fails: its cached listings are invalidated
-// and the reads that follow answer ESTALE.
+// listing (an empty reply: offsets are positions in it). A stale view
+// still fails: its cached listings are invalidated and the reads that
+// follow answer ESTALE.
 type rawDirs struct {
 	fuse.RawFileSystem
 
@@ -54,7 +55,7 @@ func (r *rawDirs) read(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEnt
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	fh, st := r.handle(cancel, in)
+	fh, st := r.handleLocked(cancel, in)
 	if !st.Ok() {
 		return st
 	}
@@ -62,20 +63,21 @@ func (r *rawDirs) read(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEnt
 	withFh.Fh = fh
 	st = read(cancel, &withFh, out)
 	if !st.Ok() || out.Offset == in.Offset { // an error, or the end
-		r.release(in.NodeId, fh)
+		r.releaseLocked(in.NodeId, fh)
 	}
 	return st
 }
 
-// handle returns the handle for reads of directory in.NodeId, a new one
-// for a read from the start. Preconditions: r.mu held.
-func (r *rawDirs) handle(cancel <-chan struct{}, in *fuse.ReadIn) (uint64, fuse.Status) {
+// handleLocked returns the handle for reads of directory in.NodeId, a new
+// one for a read from the start.
+// Preconditions: r.mu held.
+func (r *rawDirs) handleLocked(cancel <-chan struct{}, in *fuse.ReadIn) (uint64, fuse.Status) {
 	fh, ok := r.open[in.NodeId]
 	if ok && in.Offset != 0 {
 		return fh, fuse.OK // the bridge seeks if another reader moved it
 	}
 	if ok {
-		r.release(in.NodeId, fh)
+		r.releaseLocked(in.NodeId, fh)
 	}
 	var oo fuse.OpenOut
 	st := r.RawFileSystem.OpenDir(cancel, &fuse.OpenIn{InHeader: in.InHeader, Flags: syscall.O_RDONLY}, &oo)
@@ -92,8 +94,9 @@ func (r *rawDirs) handle(cancel <-chan struct{}, in *fuse.ReadIn) (uint64, fuse.
 	return oo.Fh, fuse.OK
 }
 
-// release drops handle fh of directory node. Preconditions: r.mu held.
-func (r *rawDirs) release(node, fh uint64) {
+// releaseLocked drops handle fh of directory node.
+// Preconditions: r.mu held.
+func (r *rawDirs) releaseLocked(node, fh uint64) {
 	delete(r.open, node)
 	r.RawFileSystem.ReleaseDir(&fuse.ReleaseIn{InHeader: fuse.InHeader{NodeId: node}, Fh: fh})
 }

@@ -55,8 +55,8 @@ type (
 	// Quota is branch's Store.quotaMu, held across the system call of a
 	// change it charges (quota.go) and nothing else.
 	Quota struct{}
-	// LoopWriters, LoopDirect, LoopBufs and LoopSlow are fs/transport's
-	// Loop.writeMu, directMu, bufMu and slowMu.
+	// LoopWriters and LoopSlow are fs/transport's nodes.writeMu and
+	// slowMu; LoopDirect and LoopBufs its Loop.directMu and bufMu.
 	LoopWriters struct{}
 	LoopDirect  struct{}
 	LoopBufs    struct{}
@@ -82,7 +82,7 @@ func (ViewCache) rank() (int, string)   { return leaf, "branch View.cacheMu" }
 func (LayerMake) rank() (int, string)   { return leaf, "branch layer.mu" }
 func (LayerDirs) rank() (int, string)   { return leaf, "branch dirFds.mu" }
 func (Quota) rank() (int, string)       { return leaf, "branch Store.quotaMu" }
-func (LoopWriters) rank() (int, string) { return leaf, "transport Loop.writeMu" }
+func (LoopWriters) rank() (int, string) { return leaf, "transport nodes.writeMu" }
 func (LoopDirect) rank() (int, string)  { return leaf, "transport Loop.directMu" }
 func (LoopBufs) rank() (int, string)    { return leaf, "transport Loop.bufMu" }
-func (LoopSlow) rank() (int, string)    { return leaf, "transport Loop.slowMu" }
+func (LoopSlow) rank() (int, string)    { return leaf, "transport nodes.slowMu" }
