@@ -18,63 +18,16 @@ import (
 )
 
 // findView returns the root of the view that holds p (MNT or MNT/@NAME)
-// and its branch name. It reads the mount table instead of looking for a
-// control file on the way up: a user's own file may bear that name, and
-// the directories of a stale branch answer ESTALE.
+// and its branch name (ctl.FindView), checking --store.
 func findView(p string) (root, name string, err error) {
-	abs, err := filepath.Abs(p)
+	root, name, mnt, err := ctl.FindView(p)
+	if err == nil && mnt != "" {
+		err = checkStore(mnt)
+	}
 	if err != nil {
 		return "", "", err
 	}
-	// Inside a run, the main view and MNT/@NAME are under EnvRoot, which
-	// the mount table does not show.
-	if r, _ := runRoot(); r != "" && (abs == r || strings.HasPrefix(abs, r+"/")) {
-		first, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(abs, r), "/"), "/")
-		if name, ok := strings.CutPrefix(first, ctl.BranchPrefix); ok {
-			return filepath.Join(r, first), name, nil
-		}
-		return r, branch.MainName, nil
-	}
-	abs = ctl.ResolvePrefix(abs)
-	me, err := ctl.EnclosingMount(abs)
-	if err != nil {
-		return "", "", err
-	}
-	mnt := me.Point
-	if me.FSType != ctl.FSType {
-		return "", "", fmt.Errorf("%s is not inside a branchfs mount", p)
-	}
-	if err := checkStore(mnt); err != nil {
-		return "", "", err
-	}
-	rel := strings.TrimPrefix(strings.TrimPrefix(abs, mnt), "/")
-	first, _, _ := strings.Cut(rel, "/")
-	if strings.HasPrefix(first, ctl.BranchPrefix) {
-		return filepath.Join(mnt, first), first[len(ctl.BranchPrefix):], nil
-	}
-	return mnt, branch.MainName, nil
-}
-
-// runRoot is, inside a run, where its commands reach the main view
-// (ctl.EnvRoot) and the mount point, which shows the run's branch
-// (ctl.EnvView); "" elsewhere.
-func runRoot() (root, view string) {
-	root, view = os.Getenv(ctl.EnvRoot), os.Getenv(ctl.EnvView)
-	if root == "" || view == "" {
-		return "", ""
-	}
-	return filepath.Clean(root), filepath.Clean(view)
-}
-
-// viewPath is where branch name's view is, for the mount at mnt: MNT/@NAME,
-// or inside a run whose mount point mnt is, under ctl.EnvRoot.
-func viewPath(mnt, name string) string {
-	if r, v := runRoot(); r != "" {
-		if abs, err := filepath.Abs(mnt); err == nil && ctl.ResolvePrefix(abs) == ctl.ResolvePrefix(v) {
-			return filepath.Join(r, ctl.BranchPrefix+name)
-		}
-	}
-	return filepath.Join(mnt, ctl.BranchPrefix+name)
+	return root, name, nil
 }
 
 // storeArg is --store (--storage) of the commands that act on a mount
@@ -194,17 +147,17 @@ without "/" or NUL.`,
 			if err != nil {
 				return fmt.Errorf("create %s: %w", branch.Quote(name), err)
 			}
-			view := viewPath(root, name)
+			view := ctl.ViewPath(root, name)
 			// Inside a run, the mount point shows the run's branch: the
 			// new branch is its child unless --parent says otherwise.
-			if r, v := runRoot(); r != "" && root == ctl.ResolvePrefix(v) && parent == branch.MainName && cmd.Flags().Changed("parent") {
+			if r, v := ctl.RunRoot(); r != "" && root == ctl.ResolvePrefix(v) && parent == branch.MainName && cmd.Flags().Changed("parent") {
 				root = r
 			}
 			if parent != branch.MainName {
 				if err := branch.ValidateName(parent); err != nil {
 					return fmt.Errorf("create %s: parent: %w", branch.Quote(name), err)
 				}
-				root = viewPath(root, parent)
+				root = ctl.ViewPath(root, parent)
 			}
 			if _, err := ctl.Command(root, ctl.CmdCreate+":"+ctl.QuoteArg(name)); err != nil {
 				if errors.Is(err, os.ErrNotExist) {
@@ -217,7 +170,7 @@ without "/" or NUL.`,
 					return ctl.Explain("create", name, err)
 				}
 			}
-			fmt.Println(viewPath(mnt, name))
+			fmt.Println(ctl.ViewPath(mnt, name))
 			return nil
 		},
 	}
