@@ -3084,12 +3084,155 @@ out:
 	pass(test);
 }
 
+/* The uid (plus one) of the sender of a SIGCONT the child of branch() got. */
+static void note_sigcont(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)uc;
+	sh->err[3] = si->si_uid + 1;
+}
+
+static void *session_mover(void *arg)
+{
+	(void)arg;
+	wait_step(1);
+	sh->err[1] = setsid() < 0 ? -errno : 1;
+	return NULL;
+}
+
+/*
+ * A child waiting at the gate keeps its process group and session alive.
+ * The caller is the last member of a session whose leader is gone; held
+ * at its fork event, it moves to a session of its own (another thread
+ * calls setsid()), so only the waiting child still points at the old one.
+ * Were that not pinned, it would be freed and its memory reused for a new
+ * session: processes of another user, each in a session of its own made
+ * meanwhile, send SIGCONT to every process they may signal (kill(-1)),
+ * and the kernel lets a SIGCONT through to any process of the sender's
+ * session. The child must get none of them.
+ */
+static void test_gate_session_pinned(void)
+{
+	const char *test = "gate_session_pinned";
+	enum { SENDERS = 600 };
+	long deadline = now_ns() + 120 * 1000000000L;
+	static pid_t senders[SENDERS];
+	cpu_set_t all, one;
+	int st, forks = 0, i, n = 0;
+	pid_t leader, pid = 0, w;
+
+	reset_shared();
+	/*
+	 * On one CPU a freed struct pid is the next one a fork takes, as
+	 * the allocator reuses the last freed object first.
+	 */
+	sched_getaffinity(0, sizeof(all), &all);
+	CPU_ZERO(&one);
+	CPU_SET(0, &one);
+	sched_setaffinity(0, sizeof(one), &one);
+	leader = fork();
+	if (leader == 0) {
+		pid_t parent = getppid();
+
+		pid_t caller;
+
+		if (setsid() < 0)
+			_exit(1);
+		caller = fork();
+		if (caller == 0) {
+			struct sigaction sa = { .sa_sigaction = note_sigcont, .sa_flags = SA_SIGINFO };
+			char names[1][BR_NAME_MAX];
+			pthread_t th;
+			pid_t pids[1];
+			long r;
+
+			/* The session's leader ends; this test reaps it and adopts us. */
+			while (getppid() != parent)
+				usleep(1000);
+			sigaction(SIGCONT, &sa, NULL);
+			pthread_create(&th, NULL, session_mover, NULL);
+			ptrace(PTRACE_TRACEME, 0, 0, 0);
+			raise(SIGSTOP);
+			r = create(MNT, 0, 1, pids, names);
+			if (r > 0)
+				_exit(sh->err[3] ? 1 : 0);
+			if (r < 0)
+				_exit(3);
+			if (waitpid(pids[0], &st, __WALL) != pids[0])
+				_exit(4);
+			_exit(exited(st, 0) ? 0 : 2);
+		}
+		sh->pids[0] = caller;
+		_exit(caller > 0 ? 0 : 1);
+	}
+	if (waitpid(leader, &st, 0) != leader || !exited(st, 0) || sh->pids[0] <= 0) {
+		fail(test, "session leader ended with %#x", st);
+		goto out;
+	}
+	pid = sh->pids[0];
+	if (trace_forks(test, pid))
+		goto out;
+	while (now_ns() < deadline) {
+		w = waitpid(-1, &st, __WALL);
+		if (w < 0)
+			break;
+		if (w == pid && (WIFEXITED(st) || WIFSIGNALED(st))) {
+			if (!exited(st, 0))
+				fail(test, "caller ended with %#x (exit 2: the child got a SIGCONT from uid %d, "
+				     "3: BR_CREATE failed, 4: no child)", st, sh->err[3] - 1);
+			break;
+		}
+		if (!WIFSTOPPED(st))
+			continue;
+		if (w == pid && fork_event(st) && !forks++) {
+			set_step(1);
+			while (!sh->err[1])
+				usleep(1000);
+			if (sh->err[1] != 1)
+				fail(test, "setsid: %s", strerror(-sh->err[1]));
+			/* Senders, each in a new session, alive until the end. */
+			for (n = 0; n < SENDERS; n++) {
+				senders[n] = fork();
+				if (senders[n] == 0) {
+					if (setsid() < 0 || setuid(65534))
+						_exit(1);
+					kill(-1, SIGCONT);
+					__atomic_add_fetch(&sh->err[2], 1, __ATOMIC_ACQ_REL);
+					pause();
+					_exit(0);
+				}
+				if (senders[n] < 0)
+					break;
+			}
+			while (sh->err[2] < n && now_ns() < deadline)
+				usleep(1000);
+		}
+		ptrace(PTRACE_CONT, w, 0, w == pid ? 0 : signal_to_pass(st));
+	}
+	if (forks != 1)
+		fail(test, "%d fork events, want 1", forks);
+	if (n < SENDERS / 2)
+		fail(test, "only %d senders started", n);
+out:
+	for (i = 0; i < n; i++)
+		kill(senders[i], SIGKILL);
+	for (i = 0; i < n; i++)
+		waitpid(senders[i], &st, 0);
+	while (waitpid(-1, &st, __WALL | WNOHANG) > 0)
+		;
+	sched_setaffinity(0, sizeof(all), &all);
+	if (wait_views(MNT, 0))
+		fail(test, "%d branches left", count_views(MNT));
+	pass(test);
+}
+
 static void run_ctl(const char *arg) { (void)arg; test_control_file_identified(); }
 static void run_name_limits(const char *arg) { (void)arg; test_name_limits(); }
 static void run_threads_fds(const char *arg) { (void)arg; test_commit_threads_fds(); }
 static void run_daemon_stopped(const char *arg) { (void)arg; test_daemon_stopped(); }
 static void run_gate_freeze(const char *arg) { (void)arg; test_gate_freeze(); }
 static void run_gate_oom(const char *arg) { (void)arg; test_gate_oom(); }
+static void run_gate_session(const char *arg) { (void)arg; test_gate_session_pinned(); }
 
 static void run_fence_on(const char *arg) { run_fence(arg, BR_FS | BR_ISOLATE, EPERM); }
 static void run_fence_off(const char *arg) { run_fence(arg, BR_FS, 0); }
@@ -3149,6 +3292,7 @@ static const struct test {
 	{ "commit_threads_fds", run_threads_fds, NULL },
 	{ "daemon_stopped", run_daemon_stopped, NULL },
 	{ "gate_freeze", run_gate_freeze, NULL },
+	{ "gate_session_pinned", run_gate_session, NULL },
 	/* Last: on a kernel whose OOM killer cannot see the child, the guest panics. */
 	{ "gate_oom", run_gate_oom, NULL },
 };
