@@ -2546,6 +2546,20 @@ static void test_name_limits(void)
 	pass(test);
 }
 
+/* The number of descriptors open in the caller's table. */
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	while (d && (e = readdir(d)))
+		n += e->d_name[0] != '.';
+	if (d)
+		closedir(d);
+	return n;
+}
+
 /* Another thread of a winner: opens and closes descriptors while it commits. */
 struct churn {
 	volatile int stop;
@@ -2600,7 +2614,7 @@ static void test_commit_threads_fds(void)
 		if (r > 0) {
 			pthread_t th[THREADS];
 			struct churn c = { 0 };
-			int held[HELD], code = 0;
+			int held[HELD], code = 0, open_fds;
 			char buf[16];
 
 			/* Many descriptors in the view make the move's walk long. */
@@ -2613,6 +2627,7 @@ static void test_commit_threads_fds(void)
 			}
 			if (write_file(MNT "/churn.txt", "churn"))
 				_exit(8);
+			open_fds = count_fds();
 			for (i = 0; i < THREADS; i++)
 				pthread_create(&th[i], NULL, churner, &c);
 			while (c.rounds < 20)
@@ -2627,6 +2642,9 @@ static void test_commit_threads_fds(void)
 				pthread_join(th[i], NULL);
 			if (c.bad && !code)
 				code = 2;
+			/* Every thread closed what it opened: a file left is one put back. */
+			if (count_fds() != open_fds && !code)
+				code = 4;
 			for (i = 0; i < HELD && !code; i++) {
 				ssize_t n = pread(held[i], buf, sizeof(buf) - 1, 0);
 
@@ -2642,7 +2660,8 @@ static void test_commit_threads_fds(void)
 		}
 		if (wait_deadline(pids[0], &status, 60) < 0 || !exited(status, 0))
 			fail(test, "round %d: winner status %#x (exit 1: commit failed, 2: a thread's descriptor "
-			     "held another file, 3: a held file not readable after the commit, 8: setup)", round, status);
+			     "held another file, 3: a held file not readable after the commit, 4: a descriptor "
+			     "no thread opened was left open, 8: setup)", round, status);
 		for (i = 0; i < HELD; i++) {
 			snprintf(path, sizeof(path), MNT "/held%d", i);
 			unlink(path);
