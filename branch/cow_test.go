@@ -134,3 +134,27 @@ func TestCopyKeepsXattrsAndMode(t *testing.T) {
 		})
 	}
 }
+
+// A copy-up whose source is no longer of the type its lookup found (a file
+// of the base replaced by a FIFO in between, whose open would block) fails
+// with ESTALE and copies nothing.
+func TestCopyUpSourceChanged(t *testing.T) {
+	s, base := newStore(t)
+	v := mustCreate(t, s, "b", MainName)
+	e, err := v.Lookup("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, os.Remove(filepath.Join(base, "f")))
+	mustOK(t, unix.Mkfifo(filepath.Join(base, "f"), 0o644))
+	mustOK(t, v.beginWrite())
+	if c, err := v.startCopyUp("f", e, true); !errors.Is(err, unix.ESTALE) {
+		if c != nil {
+			c.close()
+		}
+		t.Fatalf("startCopyUp of a file become a FIFO: %v, want ESTALE", err)
+	}
+	if _, err := os.Lstat(filepath.Join(s.deltaDir("b"), "f")); !os.IsNotExist(err) {
+		t.Errorf("the delta holds f: %v", err)
+	}
+}
