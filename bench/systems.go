@@ -115,8 +115,13 @@ func (b *bench) mountFloor(name string) (string, func()) {
 
 // isMounted says whether a file system of type fstype is mounted at mnt.
 func isMounted(mnt, fstype string) bool {
-	data, _ := os.ReadFile("/proc/self/mounts")
-	return strings.Contains(string(data), " "+mnt+" "+fstype+" ")
+	ms, _ := ctl.Mounts()
+	for _, m := range ms {
+		if m.Point == mnt && m.FSType == fstype {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *bench) unmount(mnt string) {
