@@ -16,6 +16,22 @@ import (
 func (s *Store) Create(name, parent string) (*View, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.createLocked(name, parent)
+}
+
+// TryCreate is Create for a caller that must not wait for the store's
+// lock (the FUSE request loop's only reader): while another holds it, it
+// fails with ErrWouldWait and does nothing.
+func (s *Store) TryCreate(name, parent string) (*View, error) {
+	if !s.mu.TryLock() {
+		return nil, ErrWouldWait
+	}
+	defer s.mu.Unlock()
+	return s.createLocked(name, parent)
+}
+
+// Preconditions: s.mu held exclusively.
+func (s *Store) createLocked(name, parent string) (*View, error) {
 	s.payDoneLocked()
 	if c := s.unfinished.Load(); c != nil && (c.j.Name == parent || c.j.Parent == parent) {
 		if _, err := s.settleLocked(); err != nil {
@@ -104,6 +120,20 @@ func (s *Store) freeName() string {
 func (s *Store) Abort(name string, recursive bool) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.abortLocked(name, recursive)
+}
+
+// TryAbort is Abort as TryCreate is Create.
+func (s *Store) TryAbort(name string, recursive bool) ([]string, error) {
+	if !s.mu.TryLock() {
+		return nil, ErrWouldWait
+	}
+	defer s.mu.Unlock()
+	return s.abortLocked(name, recursive)
+}
+
+// Preconditions: s.mu held exclusively.
+func (s *Store) abortLocked(name string, recursive bool) ([]string, error) {
 	b, err := s.lookupBranch(name)
 	if err != nil {
 		return nil, err

@@ -94,6 +94,20 @@ type CommitResult struct {
 func (s *Store) Commit(name string) (*CommitResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.commitLocked(name)
+}
+
+// TryCommit is Commit as TryCreate is Create.
+func (s *Store) TryCommit(name string) (*CommitResult, error) {
+	if !s.mu.TryLock() {
+		return nil, ErrWouldWait
+	}
+	defer s.mu.Unlock()
+	return s.commitLocked(name)
+}
+
+// Preconditions: s.mu held exclusively.
+func (s *Store) commitLocked(name string) (*CommitResult, error) {
 	s.payDoneLocked()
 	var settled *CommitResult
 	if c := s.unfinished.Load(); c != nil {

@@ -41,6 +41,10 @@ var (
 	// ErrReplaced: where others may rename in the base, a directory the
 	// branch changed or removed is no longer the one at its name there.
 	ErrReplaced = errors.New("a directory of the base that the branch changed or removed was replaced by another at its name since")
+	// ErrWouldWait: TryCreate, TryCommit or TryAbort found the store's
+	// lock held and did nothing. It never reaches a client, so it is not
+	// in errnos: package fs answers the request again where it may wait.
+	ErrWouldWait = errors.New("the store's lock is held")
 )
 
 // errDeviceIsMarker: in a branch a 0/0 character device is a tombstone (an
