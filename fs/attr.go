@@ -26,12 +26,18 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	}
 	rel, ok := n.rel()
 	if !ok {
+		if transport.OnReader(ctx) {
+			return transport.OnWorker // it may copy the file up
+		}
 		return n.withOrphan(resize, func(h *fileHandle) syscall.Errno { return n.setattrFd(ctx, h, in, out) })
 	}
 	v := n.view
 	before, err := v.Stat(rel)
 	if err != nil {
 		return toErrno(err)
+	}
+	if before.Lower() && transport.OnReader(ctx) {
+		return transport.OnWorker // a copy-up
 	}
 	if err := applySetattr(in, pathAttrs{v, rel}); err != nil {
 		return toErrno(err)

@@ -399,25 +399,49 @@ func TestNotifyWhileRootLookupsWait(t *testing.T) {
 }
 
 // TestCopyUpHoldsUpNoOtherRequest: the first open for writing of a large
-// base file copies it up, which takes a while; the daemon answers other
-// requests meanwhile (fs/transport/loop.go answers such opens on goroutines).
+// base file, or the first change of its attributes, copies it up, which
+// takes a while; the daemon answers other requests meanwhile (on the
+// request loop's reader, an open for writing goes to a worker by its
+// flags, a change of attributes when the file system finds it would copy
+// up: transport.OnWorker).
 func TestCopyUpHoldsUpNoOtherRequest(t *testing.T) {
 	m := newMount(t, "")
 	bigFile(t, filepath.Join(m.base, "big"), 256)
-	x := m.create("x")
-	_, opened := copyUpInFlight(t, m, filepath.Join(x, "big"))
-	// Lookups of names nobody asked for yet: each one a request.
-	for i := 0; i < 5; i++ {
-		if _, err := os.Lstat(filepath.Join(x, fmt.Sprintf("missing-%d", i))); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("lookup of a missing name: %v", err)
-		}
+	for i, c := range []struct {
+		what   string
+		change func(p string) error
+	}{
+		{"open for writing", openForWriting},
+		{"chmod", func(p string) error { return os.Chmod(p, 0o600) }},
+		{"utimes", func(p string) error { return os.Chtimes(p, time.Unix(1, 0), time.Unix(1, 0)) }},
+		{"setxattr", func(p string) error { return unix.Setxattr(p, "user.k", []byte("v"), 0) }},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			x := m.create(fmt.Sprint("x", i))
+			_, changed := copyUpInFlight(t, m, filepath.Join(x, "big"), c.change)
+			// Lookups of names nobody asked for yet: each one a request.
+			for i := 0; i < 5; i++ {
+				if _, err := os.Lstat(filepath.Join(x, fmt.Sprintf("missing-%d", i))); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("lookup of a missing name: %v", err)
+				}
+			}
+			select {
+			case err := <-changed:
+				t.Errorf("lookups waited for the copy-up of another file (%s: %v)", c.what, err)
+			default:
+				must(t, <-changed)
+			}
+		})
 	}
-	select {
-	case err := <-opened:
-		t.Errorf("lookups waited for the copy-up of another file (open: %v)", err)
-	default:
-		must(t, <-opened)
+}
+
+// openForWriting opens p for writing and closes it.
+func openForWriting(p string) error {
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err == nil {
+		f.Close()
 	}
+	return err
 }
 
 // bigFile writes a file of mib MiB.
@@ -433,10 +457,11 @@ func bigFile(t *testing.T, p string, mib int) {
 	must(t, f.Close())
 }
 
-// copyUpInFlight opens p, a large file of a branch's lower layer, for
-// writing, and returns once the daemon is copying it up: copying reports
-// whether it still is, and opened the open's outcome once it is done.
-func copyUpInFlight(t *testing.T, m *mount, p string) (copying func() bool, opened <-chan error) {
+// copyUpInFlight changes p, a large file of a branch's lower layer, by
+// change (openForWriting, say), and returns once the daemon is copying it
+// up: copying reports whether it still is, and changed the change's
+// outcome once it is done.
+func copyUpInFlight(t *testing.T, m *mount, p string, change func(p string) error) (copying func() bool, changed <-chan error) {
 	t.Helper()
 	pid, err := os.ReadFile(filepath.Join(m.store, "daemon.pid"))
 	must(t, err)
@@ -453,17 +478,11 @@ func copyUpInFlight(t *testing.T, m *mount, p string) (copying func() bool, open
 		return false
 	}
 	done := make(chan error, 1)
-	go func() {
-		f, err := os.OpenFile(p, os.O_WRONLY, 0)
-		if err == nil {
-			f.Close()
-		}
-		done <- err
-	}()
+	go func() { done <- change(p) }()
 	for deadline := time.Now().Add(10 * time.Second); !copying(); {
 		select {
 		case err := <-done:
-			t.Fatalf("the open returned (%v) before its copy-up was seen", err)
+			t.Fatalf("the change returned (%v) before its copy-up was seen", err)
 		default:
 		}
 		if time.Now().After(deadline) {

@@ -1,6 +1,7 @@
 package fs_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/branchfs/branchfs/branch"
@@ -185,6 +187,43 @@ func TestCreateBadBuffer(t *testing.T) {
 	}
 	if after := m.listNames(); after != before {
 		t.Errorf("a failed create changed the branches from %q to %q", before, after)
+	}
+}
+
+// TestCreateIntoFileOfTheMount: a create whose name buffer lies in a page,
+// not yet read, of a file of the mount itself is answered. Reaching the
+// buffer reads the file through the mount, which the request loop's reader
+// must then be free to answer (callerBufferPresent).
+func TestCreateIntoFileOfTheMount(t *testing.T) {
+	m := newMount(t, "off") // a passthrough file's pages are read below the mount
+	must(t, os.WriteFile(filepath.Join(m.base, "page"), make([]byte, 4096), 0o644))
+	f, err := os.Open(filepath.Join(m.mnt, "page"))
+	must(t, err)
+	defer f.Close()
+	mem, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
+	must(t, err)
+	defer unix.Munmap(mem)
+	done := make(chan error, 1)
+	go func() {
+		done <- ioctl(t, m.mnt, func(f *os.File) error {
+			if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), ctl.FS_IOC_BRANCH_CREATE, uintptr(unsafe.Pointer(&mem[0]))); errno != 0 {
+				return errno
+			}
+			return nil
+		})
+	}()
+	select {
+	case err := <-done:
+		must(t, err)
+	case <-time.After(opBound):
+		var st unix.Stat_t
+		must(t, unix.Stat(m.mnt, &st))
+		abortConnection(st.Dev) // free the waiting process before failing
+		t.Fatal("a create into a page of a file of the mount got no answer")
+	}
+	name := string(bytes.TrimRight(mem[:ctl.NameBufSize], "\x00"))
+	if _, err := os.Stat(m.view(name)); err != nil {
+		t.Errorf("the branch the create named: %v", err)
 	}
 }
 

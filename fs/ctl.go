@@ -11,6 +11,7 @@ import (
 
 	"github.com/branchfs/branchfs/branch"
 	"github.com/branchfs/branchfs/ctl"
+	"github.com/branchfs/branchfs/fs/transport"
 	"github.com/branchfs/branchfs/internal/lockcheck"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -85,7 +86,11 @@ type ctlHandle struct {
 }
 
 func (h *ctlHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	h.mu.Lock()
+	if !transport.OnReader(ctx) {
+		h.mu.Lock()
+	} else if !h.mu.TryLock() {
+		return nil, transport.OnWorker // another read runs the list
+	}
 	defer h.mu.Unlock()
 	if h.resp == nil {
 		var err error
@@ -123,14 +128,20 @@ func (f *FS) ioctl(ctx context.Context, v *branch.View, cmd uint32, arg uint64, 
 	if err := f.authorize(ctx); err != nil {
 		return 0, toErrno(err)
 	}
+	wait := !transport.OnReader(ctx)
 	switch cmd {
 	case ctl.FS_IOC_BRANCH_CREATE:
 		// The kernel copies the name out after the reply; a buffer it
-		// cannot write to must fail before the branch exists.
+		// cannot write to must fail before the branch exists. Reaching
+		// into the caller's memory may fault pages in, which may wait
+		// for anything, this mount's reader included.
+		if !wait && !callerBufferPresent(ctx, arg, len(output)) {
+			return 0, transport.OnWorker
+		}
 		if errno := callerBufferWritable(ctx, arg, len(output)); errno != 0 {
 			return 0, errno
 		}
-		name, err := f.create(v, "")
+		name, err := f.create(v, "", wait)
 		if err != nil {
 			return 0, toErrno(err)
 		}
@@ -138,31 +149,38 @@ func (f *FS) ioctl(ctx context.Context, v *branch.View, cmd uint32, arg uint64, 
 		copy(output[:len(output)-1], name)
 		return 0, 0
 	case ctl.FS_IOC_BRANCH_COMMIT:
-		return 0, toErrno(f.commit(v))
+		return 0, toErrno(f.commit(v, wait))
 	case ctl.FS_IOC_BRANCH_ABORT:
-		return 0, toErrno(f.abort(v, false))
+		return 0, toErrno(f.abort(v, false, wait))
 	}
 	return 0, syscall.ENOTTY
 }
 
-// command runs one control-file command for view v.
+// command runs one control-file command for view v. On the request
+// loop's reader (transport.OnReader) only create, commit and abort run,
+// and only if the store's lock is free at once; the others may wait for
+// it, or for the daemon's own files, and fail with branch.ErrWouldWait.
 func (f *FS) command(ctx context.Context, v *branch.View, cmd string) ([]byte, error) {
+	verb, arg, _ := strings.Cut(cmd, ":")
+	wait := !transport.OnReader(ctx)
+	if !wait && verb != ctl.CmdCreate && verb != ctl.CmdCommit && verb != ctl.CmdAbort {
+		return nil, branch.ErrWouldWait
+	}
 	if err := f.authorize(ctx); err != nil {
 		return nil, err
 	}
-	verb, arg, _ := strings.Cut(cmd, ":")
 	switch {
 	case verb == ctl.CmdCreate:
 		name, err := ctl.UnquoteArg(arg)
 		if err != nil {
 			return nil, err
 		}
-		name, err = f.create(v, name)
+		name, err = f.create(v, name, wait)
 		return []byte(name + "\n"), err
 	case verb == ctl.CmdCommit && arg == "":
-		return nil, f.commit(v)
+		return nil, f.commit(v, wait)
 	case verb == ctl.CmdAbort && (arg == "" || arg == ctl.ArgRecursive):
-		return nil, f.abort(v, arg == ctl.ArgRecursive)
+		return nil, f.abort(v, arg == ctl.ArgRecursive, wait)
 	case verb == ctl.CmdList && (arg == "" || arg == ctl.ArgAll):
 		st := ctl.Status{View: v.Name(), Base: f.store.Base(), Store: f.store.Dir(), Branches: f.store.List(arg == ctl.ArgAll)}
 		return json.MarshalIndent(&st, "", "  ")
@@ -216,13 +234,23 @@ func (f *FS) limit(v *branch.View, arg string) error {
 	return f.store.SetLimit(v.Name(), n)
 }
 
-func (f *FS) create(v *branch.View, name string) (string, error) {
+// create, commit and abort run a command for view v. Unless wait, they
+// fail with branch.ErrWouldWait, having done nothing, rather than wait
+// for the store's lock (as settling a kernel-path run's hold would).
+func (f *FS) create(v *branch.View, name string, wait bool) (string, error) {
+	if !wait && f.holding(v.Name()) {
+		return "", branch.ErrWouldWait
+	}
 	f.settleHold(v.Name())
 	if f.passWriting(v) {
 		// Those writes would reach the view's files under the new branch.
 		return "", fmt.Errorf("files are open for writing with passthrough in %s: %w", v.Name(), syscall.EBUSY)
 	}
-	child, err := f.store.Create(name, v.Name())
+	create := f.store.Create
+	if !wait {
+		create = f.store.TryCreate
+	}
+	child, err := create(name, v.Name())
 	if err != nil {
 		return "", err
 	}
@@ -244,13 +272,20 @@ func (f *FS) branchesChanged() {
 	}
 }
 
-func (f *FS) commit(v *branch.View) error {
+func (f *FS) commit(v *branch.View, wait bool) error {
 	if f.passWriting(v) {
 		// Those writes would go on reaching the committed files.
 		return fmt.Errorf("files are open for writing with passthrough in %s: %w", v.Name(), syscall.EBUSY)
 	}
+	if !wait && f.holding(v.Name()) {
+		return branch.ErrWouldWait
+	}
 	f.settleHold(v.Name())
-	res, err := f.store.Commit(v.Name())
+	commit := f.store.Commit
+	if !wait {
+		commit = f.store.TryCommit
+	}
+	res, err := commit(v.Name())
 	if err != nil {
 		return err
 	}
@@ -261,8 +296,12 @@ func (f *FS) commit(v *branch.View) error {
 	return nil
 }
 
-func (f *FS) abort(v *branch.View, recursive bool) error {
-	dropped, err := f.store.Abort(v.Name(), recursive)
+func (f *FS) abort(v *branch.View, recursive, wait bool) error {
+	abort := f.store.Abort
+	if !wait {
+		abort = f.store.TryAbort
+	}
+	dropped, err := abort(v.Name(), recursive)
 	if err != nil {
 		return err
 	}

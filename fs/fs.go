@@ -29,10 +29,12 @@
 // directory lock that a process holds while its request waits to be read):
 // a copy-up notifies from a goroutine of its own (Node.replaced), and the
 // commands notify after the store's lock is released, inside
-// Loop.ServeWhile. The commands themselves, which wait for the store's
-// lock exclusively and so for every operation in flight, are answered on
-// workers (Loop.SlowFiles: the control files' reads and writes, and
-// ioctls), not on the reader.
+// Loop.ServeWhile. The commands themselves take the store's lock
+// exclusively and so wait for every operation in flight: on the reader
+// they only try it (Store.TryCommit and others), and when it is held, or
+// a command would wait for anything else, they answer
+// transport.OnWorker, to be answered again on a worker (ctl.go). So do
+// changes of attributes that would copy up (attr.go, xattr.go).
 package fs
 
 import (
@@ -43,7 +45,6 @@ import (
 	"time"
 
 	"github.com/branchfs/branchfs/branch"
-	"github.com/branchfs/branchfs/ctl"
 	"github.com/branchfs/branchfs/fs/transport"
 	"github.com/branchfs/branchfs/internal/lockcheck"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -207,7 +208,6 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 		return nil, err
 	}
 	f.loop = loop
-	loop.SlowFiles(ctl.ControlIno) // commands, which may wait for the store's lock
 	go loop.Serve()
 	return f, nil
 }

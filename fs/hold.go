@@ -111,6 +111,14 @@ func (h *holder) exited() bool {
 	return err == nil && n > 0
 }
 
+// holding reports whether a kernel-path run holds branch name, or held it
+// and is not released yet.
+func (f *FS) holding(name string) bool {
+	f.holdMu.Lock()
+	defer f.holdMu.Unlock()
+	return f.holds[name] != nil
+}
+
 // settleHold releases the hold of branch name now if its process has
 // exited, so that a command that follows the run's end finds it released
 // whether or not watchHolder got there first. It reports whether the

@@ -280,7 +280,7 @@ func TestCommandHoldsUpNoOtherRequest(t *testing.T) {
 			m.start()
 			t.Cleanup(m.cleanup)
 			x := m.create("x")
-			copying, opened := copyUpInFlight(t, m, filepath.Join(x, "big"))
+			copying, opened := copyUpInFlight(t, m, filepath.Join(x, "big"), openForWriting)
 			logName := filepath.Join(m.store, "daemon.log")
 			logged, _ := os.ReadFile(logName)
 			op := map[string]string{"ioctl": ": IOCTL ", "control file": ": WRITE "}[via]

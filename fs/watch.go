@@ -137,7 +137,7 @@ func (f *FS) watchRunner(r *runner) {
 			continue
 		}
 		f.settleHold(v.Name())
-		if err := f.abort(v, true); err != nil {
+		if err := f.abort(v, true, true); err != nil {
 			log.Printf("aborting branch %s, whose runner died: %v", v.Name(), err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
+	"github.com/branchfs/branchfs/fs/transport"
 	"golang.org/x/sys/unix"
 )
 
@@ -86,12 +87,12 @@ func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 }
 
 func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return n.changeAttr(func(rel string) error { return n.view.SetXattr(rel, attr, data, int(flags)) },
+	return n.changeAttr(ctx, func(rel string) error { return n.view.SetXattr(rel, attr, data, int(flags)) },
 		func(f *branch.File) error { return f.SetXattr(attr, data, int(flags)) })
 }
 
 func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return n.changeAttr(func(rel string) error { return n.view.RemoveXattr(rel, attr) },
+	return n.changeAttr(ctx, func(rel string) error { return n.view.RemoveXattr(rel, attr) },
 		func(f *branch.File) error { return f.RemoveXattr(attr) })
 }
 
@@ -100,7 +101,7 @@ func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 // fremovexattr reach the daemon without a handle, and act on the open file
 // also once its name is gone or another file's, as on a local filesystem
 // (withOrphan).
-func (n *Node) changeAttr(change func(rel string) error, changeOpen func(f *branch.File) error) syscall.Errno {
+func (n *Node) changeAttr(ctx context.Context, change func(rel string) error, changeOpen func(f *branch.File) error) syscall.Errno {
 	if err := n.view.Lock(); err != nil {
 		return toErrno(err)
 	}
@@ -110,11 +111,17 @@ func (n *Node) changeAttr(change func(rel string) error, changeOpen func(f *bran
 	}
 	rel, ok := n.rel()
 	if !ok {
+		if transport.OnReader(ctx) {
+			return transport.OnWorker // it may copy the file up
+		}
 		return n.withOrphan(false, func(h *fileHandle) syscall.Errno { return toErrno(changeOpen(h.f)) })
 	}
 	before, err := n.view.Stat(rel)
 	if err != nil {
 		return toErrno(err)
+	}
+	if before.Lower() && transport.OnReader(ctx) {
+		return transport.OnWorker // a copy-up
 	}
 	if err := change(rel); err != nil {
 		return toErrno(err)

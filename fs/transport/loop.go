@@ -11,25 +11,24 @@
 //	  (the file system's)   branch.Store.mu and what nests in it (package fs)
 //	Loop.directMu           the requests being answered directly
 //	Loop.bufMu              the free buffers
-//	nodes.writeMu           which nodes have writers (nodes.go)
-//	nodes.slowMu            which nodes are SlowFiles's
 //
-// The last four are leaves, each taken alone around no call: by the
-// reader and workers in Loop.answer and Serve, and by nodeCalls before or
-// after, never during, the file system's call.
+// The last two are leaves, each taken alone around no call, by the reader
+// and workers in Loop.answer and Serve.
 //
 // The reader is a lock of its own kind: Loop.Serve has one, and while it
 // answers a request, no other is read, not even an INTERRUPT, a FORGET or
 // the one a notification waits for. So it waits for nothing that may wait
-// for the reader, and for nothing long: requests that may take long go to
-// workers, and so do those that may wait long for a lock (the file system
-// names them: SlowFiles); the opcode table (opcodes.go) says which. Those it answers itself may wait
-// only for a lock whose holder needs nothing from the reader, and then for
-// no longer than the holder's work: in branchfs, branch.Store.mu shared,
-// whose exclusive holders (create, commit, abort) read nothing through the
-// mount and send no notification under it; every operation of a view
-// waits for a commit anyway. A file system's notification that may wait
-// for a request runs inside ServeWhile.
+// for the reader, and for nothing long. Requests that may take long go to
+// workers: by their opcode and arguments (the opcode table, opcodes.go),
+// or because the file system, called on the reader, answered OnWorker
+// (reader.go): a command that would wait for a lock, a change that would
+// copy up. Those it answers itself may wait only for a lock whose holder
+// needs nothing from the reader, and then for no longer than the holder's
+// work: in branchfs, branch.Store.mu shared, whose exclusive holders
+// (create, commit, abort) read nothing through the mount and send no
+// notification under it; every operation of a view waits for a commit
+// anyway. A file system's notification that may wait for a request runs
+// inside ServeWhile.
 package transport
 
 import (
@@ -88,9 +87,9 @@ type Loop struct {
 	work    chan job // to an idle worker (unbuffered: taken only by one waiting)
 	done    chan struct{}
 
-	// What the reader knows of nodes before it reads a request's body:
-	// which have writers, which are SlowFiles's (nodes.go).
-	nodes nodes
+	// The request Serve's reader is answering (0 when none), for
+	// readerCalls.
+	readerReq atomic.Uint64
 
 	expireOnly bool // the kernel can expire a name without dropping it (ExpireEntry)
 
@@ -127,7 +126,7 @@ func NewLoop(fd int, raw fuse.RawFileSystem, mo fuse.MountOptions) (*Loop, error
 	mo.DirectMount = false // the /dev/fd/N mount point is not to be mounted
 	l := &Loop{fd: fd, done: make(chan struct{}), work: make(chan job),
 		bufSize: mo.MaxWrite + os.Getpagesize()} // headers and argument structures fit in a page
-	raw = &nodeCalls{raw, &l.nodes}
+	raw = &readerCalls{raw, l}
 	srv, err := fuse.NewServer(raw, fmt.Sprintf("/dev/fd/%d", fd), &mo)
 	if err != nil {
 		return nil, err
@@ -164,17 +163,16 @@ func (l *Loop) Serve() {
 			}
 			break
 		}
-		if l.toWorker(b.in[:n]) {
-			l.workers.Add(1)
-			select {
-			case l.work <- job{b, n}: // an idle worker takes it
-			default:
-				go l.worker(job{b, n})
-			}
-			b = l.getBuf()
+		if !l.toWorker(b.in[:n]) && l.answer(b, n, true) {
 			continue
 		}
-		l.answer(b, n, true)
+		l.workers.Add(1)
+		select {
+		case l.work <- job{b, n}: // an idle worker takes it
+		default:
+			go l.worker(job{b, n})
+		}
+		b = l.getBuf()
 	}
 	l.workers.Wait()
 	l.raw.OnUnmount()
@@ -240,14 +238,17 @@ func (l *Loop) read(buf []byte) (int, error) {
 
 // answer handles the request in b.in[:n] and writes the reply, the
 // commonest requests itself (answerDirect), the others through go-fuse.
-// onReader says whether it runs on Serve's reader.
-func (l *Loop) answer(b *loopBuf, n int, onReader bool) {
+// onReader says whether it runs on Serve's reader; it then reports false,
+// having written nothing, when the file system answered OnWorker.
+func (l *Loop) answer(b *loopBuf, n int, onReader bool) bool {
 	req := b.in[:n]
 	if l.interruptsDirect(req) {
-		return
+		return true
 	}
 	unique := (*fuse.InHeader)(unsafe.Pointer(&req[0])).Unique
 	if onReader {
+		l.readerReq.Store(unique)
+		defer l.readerReq.Store(0)
 		l.readerUnique.Store(unique)
 	} else {
 		l.directMu.Lock()
@@ -267,9 +268,17 @@ func (l *Loop) answer(b *loopBuf, n int, onReader bool) {
 	if !direct {
 		size, st = l.ps.HandleRequest([][]byte{req}, [][]byte{b.out})
 	}
+	if size >= hdr && (*fuse.OutHeader)(unsafe.Pointer(&b.out[0])).Status == -int32(OnWorker) {
+		if onReader {
+			return false
+		}
+		// Only the reader's calls may answer it (OnReader).
+		log.Printf("opcode %d answered OnWorker off the reader", (*fuse.InHeader)(unsafe.Pointer(&req[0])).Opcode)
+		(*fuse.OutHeader)(unsafe.Pointer(&b.out[0])).Status = -int32(syscall.EIO)
+	}
 	if size == 0 {
 		if st.Ok() {
-			return // no reply wanted (FORGET, INTERRUPT)
+			return true // no reply wanted (FORGET, INTERRUPT)
 		}
 		// A request go-fuse could not parse: the caller still waits.
 		h := (*fuse.OutHeader)(unsafe.Pointer(&b.out[0]))
@@ -281,6 +290,7 @@ func (l *Loop) answer(b *loopBuf, n int, onReader bool) {
 	if _, err := unix.Write(l.fd, b.out[:size]); err != nil && err != unix.ENOENT && err != unix.ENODEV {
 		log.Printf("writing reply: %v", err)
 	}
+	return true
 }
 
 // interruptsDirect says whether req is an INTERRUPT of a request being

@@ -168,15 +168,15 @@ func TestLoopGoFuseOpcodes(t *testing.T) {
 		payload string
 		blocks  bool
 	}{
-		{opSetattr, "SetAttr", int(unsafe.Sizeof(fuse.SetAttrIn{})), 0, "", true},
+		{opSetattr, "SetAttr", int(unsafe.Sizeof(fuse.SetAttrIn{})), 0, "", false}, // OnWorker when it copies up
 		{opRename, "Rename", hdr + 8, 0, "a\x00b\x00", true},
 		{opLink, "Link", int(unsafe.Sizeof(fuse.LinkIn{})), 0, "a\x00", true},
 		{opOpen, "Open", int(unsafe.Sizeof(fuse.OpenIn{})), syscall.O_RDONLY, "", false},
 		{opOpen, "Open", int(unsafe.Sizeof(fuse.OpenIn{})), syscall.O_WRONLY, "", true},
 		{opOpen, "Open", int(unsafe.Sizeof(fuse.OpenIn{})), syscall.O_RDONLY | syscall.O_TRUNC, "", true},
 		{opFsync, "Fsync", int(unsafe.Sizeof(fuse.FsyncIn{})), 0, "", true},
-		{opSetxattr, "SetXAttr", hdr + 8, 1, "user.a\x00v", true},
-		{opRemovexattr, "RemoveXAttr", hdr, 0, "user.a\x00", true},
+		{opSetxattr, "SetXAttr", hdr + 8, 1, "user.a\x00v", false},
+		{opRemovexattr, "RemoveXAttr", hdr, 0, "user.a\x00", false},
 		{opFsyncdir, "FsyncDir", int(unsafe.Sizeof(fuse.FsyncIn{})), 0, "", true},
 		{opCreate, "Create", int(unsafe.Sizeof(fuse.CreateIn{})), syscall.O_WRONLY, "a\x00", true},
 		{opCreate, "Create", int(unsafe.Sizeof(fuse.CreateIn{})), syscall.O_WRONLY | syscall.O_EXCL, "a\x00", false},

@@ -11,11 +11,13 @@ import (
 // An opcode is how the loop treats one kind of FUSE request, all in one
 // place: who answers it (Serve's reader, or a worker), and whether it is
 // answered without go-fuse's ProtocolServer (answerDirect). An opcode not
-// in the table is answered on the reader, by go-fuse.
+// in the table is answered on the reader, by go-fuse. Whatever the table
+// says, the file system may still send a request the reader makes to a
+// worker (OnWorker).
 type opcode struct {
-	// worker says whether the request goes to a worker: one that may
-	// take long enough to hold up others (a copy-up, a sync), or wait
-	// long for a lock (SlowFiles). nil: never.
+	// worker says whether the request goes to a worker at once: one
+	// that may take long enough to hold up others (a copy-up, a sync).
+	// nil: never.
 	worker func(l *Loop, req []byte) bool
 	// direct parses and answers the request into b.out after the
 	// header, as go-fuse v2.12.1 would (TestDirectMatchesGoFuse),
@@ -61,11 +63,15 @@ var opcodes = [opLast + 1]opcode{
 	opLookup:  {direct: directLookup},
 	opForget:  {direct: directForget, noReply: true},
 	opGetattr: {direct: directGetattr},
-	// Answered on the reader for a node with a handle open for writing
-	// (notWriterChange); on a worker otherwise, as it may copy up.
-	opSetattr:     {worker: notWriterChange, direct: directSetattr},
-	opSetxattr:    {worker: notWriterChange},
-	opRemovexattr: {worker: notWriterChange, direct: directRemovexattr},
+	// On the reader, unless the file system finds it would copy up
+	// (OnWorker). tar sends three SETATTRs per file (times, owner,
+	// mode), a third of the requests of an extraction, and cp -a a
+	// SETXATTR of each file's ACL: made through a handle open for
+	// writing, or on a file already in the branch's own layer, each
+	// takes one system call, less than a handoff to another thread.
+	opSetattr:     {direct: directSetattr},
+	opSetxattr:    {},
+	opRemovexattr: {direct: directRemovexattr},
 	opMkdir:       {direct: directMkdir},
 	opUnlink:      {direct: directUnlink},
 	opRmdir:       {direct: directRmdir},
@@ -81,10 +87,12 @@ var opcodes = [opLast + 1]opcode{
 	// O_EXCL makes a new file; without it an existing one may be opened
 	// for writing.
 	opCreate: {worker: createWorker, direct: directCreate},
-	// SlowFiles's reads and writes, and every IOCTL, to workers.
-	opRead:      {worker: slowFile},
-	opWrite:     {worker: slowFile, direct: directWrite},
-	opIoctl:     {worker: func(l *Loop, req []byte) bool { return l.nodes.slowIno != 0 }},
+	// A command (an IOCTL, or a control file's WRITE or READ) runs on
+	// the reader when the store's lock is free at once; the file system
+	// answers OnWorker otherwise.
+	opRead:      {},
+	opWrite:     {direct: directWrite},
+	opIoctl:     {},
 	opRelease:   {direct: directRelease},
 	opGetxattr:  {direct: directGetxattr},
 	opListxattr: {direct: directGetxattr},
@@ -126,20 +134,4 @@ const smallCopy = 64 << 10
 func copyWorker(_ *Loop, req []byte) bool {
 	in, _, ok := argOf[fuse.CopyFileRangeIn](req)
 	return !ok || in.Len > smallCopy
-}
-
-// notWriterChange sends a SETATTR, SETXATTR or REMOVEXATTR to a worker
-// unless its node has a handle open for writing. Such a handle is on the
-// node's file in the view's top layer, through which the change is made
-// (fs: Node.Setattr, Node.changeAttr), so it copies nothing up and takes
-// one system call: answered on the reader, it costs no handoff to another
-// thread. tar sends three SETATTRs per file (times, owner, mode), which
-// made a third of the requests of an extraction; cp -a a SETXATTR of the
-// file's ACL as well.
-func notWriterChange(l *Loop, req []byte) bool {
-	return !l.nodes.hasWriter((*fuse.InHeader)(unsafe.Pointer(&req[0])).NodeId)
-}
-
-func slowFile(l *Loop, req []byte) bool {
-	return l.nodes.slowIno != 0 && l.nodes.isSlow((*fuse.InHeader)(unsafe.Pointer(&req[0])).NodeId)
 }

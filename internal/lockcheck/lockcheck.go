@@ -55,12 +55,9 @@ type (
 	// Quota is branch's Store.quotaMu, held across the system call of a
 	// change it charges (quota.go) and nothing else.
 	Quota struct{}
-	// LoopWriters and LoopSlow are fs/transport's nodes.writeMu and
-	// slowMu; LoopDirect and LoopBufs its Loop.directMu and bufMu.
-	LoopWriters struct{}
-	LoopDirect  struct{}
-	LoopBufs    struct{}
-	LoopSlow    struct{}
+	// LoopDirect and LoopBufs are fs/transport's Loop.directMu and bufMu.
+	LoopDirect struct{}
+	LoopBufs   struct{}
 )
 
 const (
@@ -82,7 +79,5 @@ func (ViewCache) rank() (int, string)   { return leaf, "branch View.cacheMu" }
 func (LayerMake) rank() (int, string)   { return leaf, "branch layer.mu" }
 func (LayerDirs) rank() (int, string)   { return leaf, "branch dirFds.mu" }
 func (Quota) rank() (int, string)       { return leaf, "branch Store.quotaMu" }
-func (LoopWriters) rank() (int, string) { return leaf, "transport nodes.writeMu" }
 func (LoopDirect) rank() (int, string)  { return leaf, "transport Loop.directMu" }
 func (LoopBufs) rank() (int, string)    { return leaf, "transport Loop.bufMu" }
-func (LoopSlow) rank() (int, string)    { return leaf, "transport nodes.slowMu" }
