@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/branchfs/branchfs/ctl"
 	"golang.org/x/sys/unix"
 )
 
@@ -152,7 +153,7 @@ func (m *mount) waitDead() {
 	for {
 		var st unix.Statfs_t
 		err := unix.Statfs(m.mnt, &st)
-		if errors.Is(err, unix.ENOTCONN) || err == nil && st.Type != 0x65735546 {
+		if errors.Is(err, unix.ENOTCONN) || err == nil && st.Type != ctl.FuseSuperMagic {
 			break
 		}
 		if time.Now().After(deadline) {
