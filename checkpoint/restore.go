@@ -149,10 +149,16 @@ type Outcome struct {
 	// WorkingSet is the working set a lazy restore prefetched (a file in
 	// the image), Prefetched how many pages that made eager; Recording
 	// says the clones record the working set instead.
-	WorkingSet string   `json:"working_set,omitempty"`
-	Prefetched int64    `json:"prefetched_pages,omitempty"`
-	Recording  bool     `json:"recording,omitempty"`
-	Clones     []*Clone `json:"clones"`
+	WorkingSet string `json:"working_set,omitempty"`
+	Prefetched int64  `json:"prefetched_pages,omitempty"`
+	Recording  bool   `json:"recording,omitempty"`
+	// Fetched is, for a lazy restore from a Source with Pages, what was
+	// read from it before the clones ran (the pages CRIU reads itself:
+	// the working set and those that are never lazy), and Requests the
+	// requests that took, where the Source counts them.
+	Fetched  *Fill    `json:"fetched,omitempty"`
+	Requests int64    `json:"fetch_requests,omitempty"`
+	Clones   []*Clone `json:"clones"`
 }
 
 // Restore restores the latest checkpoint of branch name as o.Clones
@@ -200,8 +206,17 @@ func Restore(ctx context.Context, m *explore.Mount, name string, o RestoreOption
 		}
 		if o.From != nil && o.From.Pages != nil {
 			// What CRIU reads itself comes first; the rest is served.
-			if _, err := o.From.fillPages(ctx, ws); err != nil {
+			var req0 int64
+			if o.From.Requests != nil {
+				req0 = o.From.Requests()
+			}
+			fill, err := o.From.fillPages(ctx, ws)
+			if err != nil {
 				return nil, fmt.Errorf("fetching the pages restored first: %w", err)
+			}
+			out.Fetched = &fill
+			if o.From.Requests != nil {
+				out.Requests = o.From.Requests() - req0
 			}
 			pages = &pageServers{src: o.From, record: len(ws) == 0}
 			defer pages.close()

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -80,12 +81,14 @@ func TestSourceFillsThenServes(t *testing.T) {
 		saved = append(saved, b)
 		return nil
 	}}
-	filled, err := src.fillPages(context.Background(), []wsPage{{7, 0x12000}})
+	// Page 2 and pages 6-7 are wanted; 3 pages apart, they are read in
+	// one request, the 3 between them for nothing.
+	fill, err := src.fillPages(context.Background(), []wsPage{{7, 0x12000}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if filled != 3 || o.read != 3*pageSize {
-		t.Fatalf("filled %d pages, read %d bytes; want 3 pages", filled, o.read)
+	if want := (Fill{Pages: 3, Reads: 1, Bytes: 6 * pageSize}); fill != want || o.read != fill.Bytes {
+		t.Fatalf("filled %+v, read %d bytes; want %+v", fill, o.read, want)
 	}
 	got, err := os.ReadFile(filepath.Join(local, "pages-1.img"))
 	if err != nil || len(got) != 8*pageSize {
@@ -93,7 +96,7 @@ func TestSourceFillsThenServes(t *testing.T) {
 	}
 	for p := range 8 {
 		want := byte(0)
-		if p == 2 || p >= 6 {
+		if p >= 2 {
 			want = byte(p + 1)
 		}
 		if got[p*pageSize] != want || got[(p+1)*pageSize-1] != want {
@@ -144,5 +147,62 @@ func TestSourceFillsThenServes(t *testing.T) {
 	ps.close()
 	if len(saved) != 1 || string(saved[0]) != "7 11000\n" {
 		t.Fatalf("working sets saved: %q", saved)
+	}
+}
+
+// The reads of a working set: wanted spans of a pages file joined where
+// they touch or lie at most gap apart, no read longer than limit.
+func TestCoalesce(t *testing.T) {
+	const gap, limit = 4, 16
+	for _, c := range []struct {
+		name string
+		in   []span
+		want []span
+	}{
+		{"none", nil, nil},
+		{"empty spans dropped", []span{{5, 0}, {9, 0}}, nil},
+		{"one", []span{{8, 2}}, []span{{8, 2}}},
+		{"unsorted, touching", []span{{4, 2}, {0, 2}, {2, 2}}, []span{{0, 6}}},
+		{"overlapping, one inside another", []span{{0, 10}, {2, 3}, {8, 4}}, []span{{0, 12}}},
+		{"gap of exactly gap joined", []span{{0, 2}, {6, 2}}, []span{{0, 8}}},
+		{"gap of gap+1 apart", []span{{0, 2}, {7, 2}}, []span{{0, 2}, {7, 2}}},
+		{"chain of near ones", []span{{0, 1}, {4, 1}, {8, 1}, {12, 1}}, []span{{0, 13}}},
+		{"chain cut at limit", []span{{0, 1}, {4, 1}, {8, 1}, {12, 1}, {15, 1}, {19, 1}}, []span{{0, 16}, {19, 1}}},
+		{"long run cut into reads of limit", []span{{0, 40}}, []span{{0, 16}, {16, 16}, {32, 8}}},
+		{"a long run's tail joins a near one", []span{{0, 20}, {22, 2}}, []span{{0, 16}, {16, 8}}},
+		{"far apart: the worst case", []span{{0, 1}, {100, 1}, {200, 1}}, []span{{0, 1}, {100, 1}, {200, 1}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := append([]span(nil), c.in...)
+			got := coalesce(c.in, gap, limit)
+			if !slices.Equal(got, c.want) {
+				t.Fatalf("coalesce(%v) = %v, want %v", c.in, got, c.want)
+			}
+			if !slices.Equal(in, c.in) {
+				t.Fatalf("coalesce changed its input: %v", c.in)
+			}
+			// Every wanted byte read, no read past limit, no more
+			// read for nothing than gap per read saved.
+			var wanted, read int64
+			for _, r := range got {
+				if r.len > limit {
+					t.Errorf("read %v is longer than %d", r, limit)
+				}
+				read += r.len
+			}
+			for _, r := range coalesce(c.in, 0, 1<<62) {
+				wanted += r.len
+				for b := r.off; b < r.end(); b++ {
+					if !slices.ContainsFunc(got, func(g span) bool { return g.off <= b && b < g.end() }) {
+						t.Fatalf("byte %d is wanted and not read", b)
+					}
+				}
+			}
+			// Without joining near ones: a read per run, or per limit.
+			cut := len(coalesce(c.in, 0, limit))
+			if saved := cut - len(got); read-wanted > int64(max(saved, 0))*gap {
+				t.Errorf("read %d bytes for nothing, saving %d reads", read-wanted, saved)
+			}
+		})
 	}
 }

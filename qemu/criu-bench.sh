@@ -3,32 +3,21 @@
 # qemu/criu.sh installed them (BRANCHFS_CRIU_BENCH=1 make qemu-test).
 # Under TCG only ratios mean anything. Prints "BENCH name value" lines.
 MNT=/work
-PROG=/tests/criu-stateful
-now() { cut -d' ' -f1 /proc/uptime; } # seconds, 10 ms steps
-ms_between() { echo "$1 $2" | awk '{ printf "%.0f", ($2 - $1) * 1000 }'; }
+. /tests/criu-bench-lib.sh
 json_field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" | head -1; }
 # json_all FIELD: every value of FIELD in a JSON line, one a line.
 json_all() { grep -o "\"$1\":[0-9.]*" | cut -d: -f2; }
-median3() { tr ' ' '\n' | grep . | sort -n | sed -n 2p; }
 drop_clones() { branchfs list $MNT | grep -o "$1-clone-[^ ]*" | while read -r b; do branchfs abort $MNT/@$b >/dev/null; done; }
 
 # Fresh start, from `branchfs run` to the subject's ready file (it fills
 # its memory, a different value in every word), against the restore of a
 # checkpoint taken once it was ready; 16 MiB, 256 MiB and 1 GiB.
 fresh_vs_restore() { # NAME MIB
-	branchfs create $1 $MNT >/dev/null
-	t0=$(now)
-	branchfs run --data-path fuse --branch $1 $MNT -- sh -c "exec $PROG $MNT $2 </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
-	rp=$!
-	while [ ! -e $MNT/@$1/ready ] && kill -0 $rp 2>/dev/null; do sleep 0.01; done
-	fresh=$(ms_between $t0 $(now))
-	if ! [ -e $MNT/@$1/ready ] || ! branchfs checkpoint $1 $MNT --run-id $1 >/dev/null; then
+	if ! checkpointed $1 $2; then
 		echo "BENCH restore_1_vs_fresh_start_${2}MiB: does not fit in the guest"
-		kill $rp 2>/dev/null
-		wait $rp 2>/dev/null
 		return 1
 	fi
-	wait $rp
+	fresh=$READY_MS
 	one=$(branchfs restore $1 $MNT --clones 1 --keep --json | json_field restore_ms)
 	echo "BENCH restore_1_vs_fresh_start_${2}MiB $(echo "$one $fresh" | awk '{ printf "%.2f", $1 / $2 }') ($one ms vs $fresh ms)"
 	drop_clones $1
@@ -77,42 +66,12 @@ echo "BENCH restore_10_together_vs_one_after_another $(echo "$par $seq_ms" | awk
 # it has read its hot pages: 1% of its allocation): eager restore, lazy
 # without a working set, lazy with the working set the lazy restores
 # recorded. Median of 3 each.
-first_output() { # NAME [--lazy]: ms from the restore's start to the clone's first output
-	t0=$(now)
-	branchfs restore $1 $MNT --clones 1 --keep $2 >/tmp/bench-restore 2>&1 &
-	bp=$!
-	b=""
-	while :; do
-		[ -z "$b" ] && b=$(sed -n 's/^restored clone 0 in branch \([^ ]*\) .*/\1/p' /tmp/bench-restore)
-		[ -n "$b" ] && [ -e $MNT/@$b/first ] && break
-		if ! kill -0 $bp 2>/dev/null; then
-			b=$(sed -n 's/^restored clone 0 in branch \([^ ]*\) .*/\1/p' /tmp/bench-restore)
-			[ -n "$b" ] && [ -e $MNT/@$b/first ] && break
-			echo "BENCH-ERROR $1 $2: $(cat /tmp/bench-restore)" >&2
-			return 1
-		fi
-		sleep 0.01
-	done
-	t1=$(now)
-	wait $bp
-	grep -q 'alloc=ok child=ok' $MNT/@$b/result || echo "BENCH-ERROR $1 $2: not restored faithfully: $(cat $MNT/@$b/result)" >&2
-	branchfs abort $MNT/@$b >/dev/null
-	ms_between $t0 $t1
-}
 for mib in 64 256 1024; do
 	n=bfirst$mib
-	branchfs create $n $MNT >/dev/null
-	branchfs run --data-path fuse --branch $n $MNT -- sh -c "exec $PROG $MNT $mib hot </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
-	rp=$!
-	while [ ! -e $MNT/@$n/ready ] && kill -0 $rp 2>/dev/null; do sleep 0.05; done
-	if ! [ -e $MNT/@$n/ready ] || ! branchfs checkpoint $n $MNT --run-id $n >/dev/null; then
-		echo "BENCH first_output_${mib}MiB: does not fit in the guest ($(free -m | awk '/Mem:/ { print $2 }') MiB)"
-		kill $rp 2>/dev/null
-		wait $rp 2>/dev/null
-		branchfs abort $MNT/@$n --recursive >/dev/null 2>&1
+	if ! checkpointed $n $mib hot; then
+		echo "BENCH first_output_${mib}MiB: does not fit in the guest ($(guest_mib) MiB)"
 		continue
 	fi
-	wait $rp
 	ws=/data/store/branches/$n/images/1/workingset
 	eager="" lazy="" pre=""
 	for i in 1 2 3; do eager="$eager $(first_output $n)"; done

@@ -1,71 +1,66 @@
 #!/bin/busybox sh
-# Time to first output of a clone restored from the S3 server on the host
-# (criu-remote-test.sh runs this when qemu/s3.sh installed it:
+# Time to first output of a clone restored lazily from the S3 server on the
+# host (criu-remote-test.sh runs this when qemu/s3.sh installed it:
 # BRANCHFS_CRIU_BENCH=1 make qemu-test, or =remote for this bench alone),
 # against the same restore from the local image, for 64 MiB, 256 MiB and
-# 1 GiB subjects that read 1% of their memory (their hot pages) before
-# their first output. Prints "BENCH name value" lines; under TCG only
-# ratios mean anything.
+# 1 GiB subjects whose working set is of one size whatever theirs: 256 hot
+# pages, as far apart as they can be (criu-stateful's "fixed"), so that
+# no page brings a neighbour along and every one costs a request of its
+# own: the worst case for the bucket. Prints "BENCH name value" lines;
+# under TCG only ratios mean anything.
 MNT=/work
-PROG=/tests/criu-stateful
-now() { cut -d' ' -f1 /proc/uptime; }
-ms_between() { echo "$1 $2" | awk '{ printf "%.0f", ($2 - $1) * 1000 }'; }
-median3() { tr ' ' '\n' | grep . | sort -n | sed -n 2p; }
+. /tests/criu-bench-lib.sh
 
-first_output() { # NAME ARGS...: ms from the restore's start to the clone's first output
-	n=$1
-	shift
-	t0=$(now)
-	branchfs restore $n $MNT --clones 1 --keep "$@" >/tmp/bench-restore 2>&1 &
-	bp=$!
-	b=""
-	while :; do
-		[ -z "$b" ] && b=$(sed -n 's/^restored clone 0 in branch \([^ ]*\) .*/\1/p' /tmp/bench-restore)
-		[ -n "$b" ] && [ -e $MNT/@$b/first ] && break
-		if ! kill -0 $bp 2>/dev/null; then
-			b=$(sed -n 's/^restored clone 0 in branch \([^ ]*\) .*/\1/p' /tmp/bench-restore)
-			[ -n "$b" ] && [ -e $MNT/@$b/first ] && break
-			echo "BENCH-ERROR $n $*: $(cat /tmp/bench-restore)" >&2
-			return 1
-		fi
-		sleep 0.01
-	done
-	t1=$(now)
-	wait $bp
-	grep -q 'alloc=ok child=ok' $MNT/@$b/result || echo "BENCH-ERROR $n $*: not restored faithfully: $(cat $MNT/@$b/result)" >&2
-	branchfs abort $MNT/@$b >/dev/null
-	ms_between $t0 $t1
+# low_water_start, low_water_stop: the least MemAvailable (MiB) seen
+# between the two, sampled every half second.
+low_water_start() {
+	(
+		low=999999
+		while :; do
+			a=$(awk '/^MemAvailable:/ { printf "%d", $2 / 1024 }' /proc/meminfo)
+			[ "$a" -lt $low ] && low=$a && echo $low >/tmp/bench-low-water
+			sleep 0.5
+		done
+	) &
+	LOW_PID=$!
 }
+low_water_stop() {
+	kill $LOW_PID 2>/dev/null
+	wait $LOW_PID 2>/dev/null
+	cat /tmp/bench-low-water
+	rm -f /tmp/bench-low-water
+}
+# fetched: what the last restore fetched before its clone ran, as it said.
+prefetched() { sed -n 's/^lazy restore: prefetched \([0-9]*\) pages .*/\1/p' /tmp/bench-restore; }
+requests() { sed -n 's/^lazy restore: fetched .* \([0-9]*\) requests, .*/\1/p' /tmp/bench-restore; }
+fetched() { sed -n 's/^lazy restore: fetched the \(.*\)/\1/p' /tmp/bench-restore; }
 
 for mib in 64 256 1024; do
 	n=rfirst$mib
-	branchfs create $n $MNT >/dev/null
-	branchfs run --data-path fuse --branch $n $MNT -- sh -c "exec $PROG $MNT $mib hot </dev/null >/dev/null 2>&1" </dev/null >/dev/null 2>&1 &
-	rp=$!
-	while [ ! -e $MNT/@$n/ready ] && kill -0 $rp 2>/dev/null; do sleep 0.05; done
-	t0=$(now)
-	if ! [ -e $MNT/@$n/ready ] || ! pushed=$(branchfs checkpoint $n $MNT --run-id $n --to $S3_URL/bench/ 2>&1); then
-		echo "BENCH first_output_remote_${mib}MiB: does not fit in the guest ($(free -m | awk '/Mem:/ { print $2 }') MiB): $pushed"
-		kill $rp 2>/dev/null
-		wait $rp 2>/dev/null
-		branchfs abort $MNT/@$n --recursive >/dev/null 2>&1
+	if ! checkpointed $n $mib fixed --to $S3_URL/bench/; then
+		echo "BENCH first_output_remote_${mib}MiB: does not fit in the guest ($(guest_mib) MiB): $CK_OUT"
 		continue
 	fi
-	ck=$(ms_between $t0 $(now))
-	wait $rp
 	url=$S3_URL/bench/$n
 	# Local: the working set recorded by a first lazy restore, then used.
 	first_output $n --lazy >/dev/null
-	loc="" rem=""
+	loc="" rem="" reqs=""
 	for i in 1 2 3; do loc="$loc $(first_output $n --lazy)"; done
+	wsl=$(prefetched)
 	# From the bucket: the first records the working set there.
+	low_water_start
 	first=$(first_output $n --lazy --from $url)
-	for i in 1 2 3; do rem="$rem $(first_output $n --lazy --from $url)"; done
+	low=$(low_water_stop)
+	for i in 1 2 3; do
+		rem="$rem $(first_output $n --lazy --from $url)"
+		reqs="$reqs $(requests)"
+	done
+	wsr=$(prefetched) what=$(fetched)
 	eager=""
 	# An eager restore from the bucket stages the whole image beside the
 	# local one: 1 GiB of each does not fit beside the subject.
 	[ $mib -ge 1024 ] || eager=$(first_output $n --from $url)
 	l=$(echo $loc | median3) r=$(echo $rem | median3)
-	echo "BENCH first_output_remote_${mib}MiB lazy with prefetch from the bucket $r ms vs from the local image $l ms ($(echo "$r $l" | awk '{ printf "%.2f", $1 / $2 }')x); first lazy restore from the bucket (recording) $first ms; eager from the bucket ${eager:-not run} ms; checkpoint and push $ck ms: $(echo "$pushed" | tail -1) (runs: bucket$rem; local$loc)"
+	echo "BENCH first_output_remote_${mib}MiB lazy with prefetch from the bucket $r ms vs from the local image $l ms ($(echo "$r $l" | awk '{ printf "%.2f", $1 / $2 }')x); working set ${wsr:-none} pages from the bucket, ${wsl:-none} locally; fetched before the clone ran: ${what:-nothing} (requests:$reqs); first lazy restore from the bucket (recording) $first ms, least memory available meanwhile $low MiB of $(guest_mib); eager from the bucket ${eager:-not run} ms; checkpoint and push $CK_MS ms: $(echo "$CK_OUT" | tail -1) (runs: bucket$rem; local$loc)"
 	branchfs abort $MNT/@$n --recursive >/dev/null
 done

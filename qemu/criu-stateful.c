@@ -23,9 +23,12 @@
  * hot pages (1% of the allocation, spread over it: every 100th page from
  * the one /tmp/hot-offset names, 0 without it, read after the restore: the
  * restored process's input); with "hot" it checks only those and not the
- * whole allocation (the lazy restore benchmark's working set).
+ * whole allocation (the lazy restore benchmark's working set). With
+ * "fixed" its hot pages are HOT_PAGES whatever its size, as far apart as
+ * they can be (every MIBth page): a working set of fixed size in which no
+ * page is near another, the worst case for a restore that fetches them.
  *
- * Usage: criu-stateful DIR MIB [hot|write]
+ * Usage: criu-stateful DIR MIB [hot|fixed|write]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -66,6 +69,8 @@ static uint64_t word(size_t i, uint64_t gen, uint64_t seed)
 
 #define WORDS_PER_PAGE (4096 / sizeof(uint64_t))
 #define TOUCH_STRIDE 100 /* pages */
+#define HOT_STRIDE 100 /* pages: 1% */
+#define HOT_PAGES 256 /* with "fixed": a MiB is 256 pages, so every MIBth page */
 
 /* The generation of the words of page p after touches SIGUSR1s. */
 static uint64_t gen_of(size_t p, uint64_t touches)
@@ -88,15 +93,16 @@ static void write_counter(long value)
 int main(int argc, char **argv)
 {
 	char path[4096], id[128] = "", line[512], writes[64] = "ok";
-	int req[2], rep[2], fd, hb = -1, ok, alloc_ok, child_ok, hot, writer;
+	int req[2], rep[2], fd, hb = -1, ok, alloc_ok, child_ok, hot, fixed, writer;
 	long counter = 0, beats = 0, write_errors = 0, first_errno = 0;
 	unsigned int secret;
 	uint64_t seed, touches = 0, *mem;
-	size_t size, pages, words, i, p;
+	size_t size, pages, words, i, p, stride;
 	pid_t child;
 	FILE *f;
 
-	hot = argc == 4 && !strcmp(argv[3], "hot");
+	fixed = argc == 4 && !strcmp(argv[3], "fixed");
+	hot = fixed || (argc == 4 && !strcmp(argv[3], "hot"));
 	writer = argc == 4 && !strcmp(argv[3], "write");
 	if (argc != 3 && !hot && !writer)
 		return 2;
@@ -105,6 +111,9 @@ int main(int argc, char **argv)
 	size = (size_t)atol(argv[2]) << 20;
 	pages = size / 4096;
 	words = size / sizeof(uint64_t);
+	stride = fixed ? pages / HOT_PAGES : HOT_STRIDE;
+	if (!size || !stride)
+		return 2;
 	if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed) ||
 	    getrandom(&secret, sizeof(secret), 0) != sizeof(secret))
 		return 2;
@@ -175,7 +184,7 @@ int main(int argc, char **argv)
 		}
 		nanosleep(&ts, NULL);
 	}
-	/* The hot pages first: one word of every 100th page from the offset. */
+	/* The hot pages first: one word of every stride-th page from the offset. */
 	f = fopen("/tmp/hot-offset", "r");
 	p = 0;
 	if (f) {
@@ -183,7 +192,7 @@ int main(int argc, char **argv)
 			p = 0;
 		fclose(f);
 	}
-	for (p %= TOUCH_STRIDE; p < pages; p += TOUCH_STRIDE)
+	for (p %= stride; p < pages; p += stride)
 		if (mem[p * WORDS_PER_PAGE] != word(p * WORDS_PER_PAGE, gen_of(p, touches), seed))
 			break;
 	alloc_ok = p >= pages;

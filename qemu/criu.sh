@@ -20,6 +20,9 @@ gcc -static -O2 -Wall -Wextra -o "$root/tests/criu-stateful" "$here/criu-statefu
 install -m 755 "$here/criu-test.sh" "$root/tests/criu-test.sh"
 install -m 644 "$here/criu-setup.sh" "$root/tests/criu-setup.sh"
 # BRANCHFS_CRIU_BENCH=remote runs only the remote one (qemu/s3.sh).
+if [ -n "${BRANCHFS_CRIU_BENCH:-}" ]; then
+	install -m 644 "$here/criu-bench-lib.sh" "$root/tests/criu-bench-lib.sh"
+fi
 if [ -n "${BRANCHFS_CRIU_BENCH:-}" ] && [ "$BRANCHFS_CRIU_BENCH" != remote ]; then
 	install -m 755 "$here/criu-bench.sh" "$root/tests/criu-bench.sh"
 fi

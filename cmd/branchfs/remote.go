@@ -226,7 +226,7 @@ func restoreSource(ctx context.Context, m *explore.Mount, name, mnt, url string,
 			return nil, done, err
 		}
 		src.WorkingSetFrom = remote.WorkingSetURL(loc, man)
-		cache := remote.NewBlockCache(256 << 20)
+		cache := remote.NewBlockCache(remote.DefaultBlockCache)
 		src.Pages = func(name string) (checkpoint.PagesFile, error) {
 			return remote.OpenImageFile(ctx, b, loc, man, name, cache)
 		}
@@ -234,6 +234,7 @@ func restoreSource(ctx context.Context, m *explore.Mount, name, mnt, url string,
 			return remote.OpenImageFile(ctx, b, loc, man, name, nil)
 		}
 		src.SaveWorkingSet = func(data []byte) error { return remote.SaveWorkingSet(ctx, b, loc, man, data) }
+		src.Requests = func() int64 { _, _, n := b.Moved(); return n }
 	}
 	return src, done, nil
 }

@@ -79,6 +79,9 @@ the bucket, where the next one, on any host, finds it and fetches it before the 
 				case out.Recording:
 					fmt.Printf("lazy restore: recorded the working set (if the clones faulted any page in)\n")
 				}
+				if f := out.Fetched; f != nil {
+					fmt.Printf("lazy restore: fetched the %d pages restored first in %d reads, %d requests, %d KiB\n", f.Pages, f.Reads, out.Requests, f.Bytes>>10)
+				}
 				for _, c := range out.Clones {
 					state := "kept"
 					switch {
