@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // A one-image checkpoint of process 7: 8 pages at 0x10000, the first 6
@@ -204,5 +206,131 @@ func TestCoalesce(t *testing.T) {
 				t.Errorf("read %d bytes for nothing, saving %d reads", read-wanted, saved)
 			}
 		})
+	}
+}
+
+// synthPages is a pages file of any size that holds nothing on disk: byte
+// i reads as byte(i/pageSize). Each read waits for gate, if set, and
+// counts the reads in progress.
+type synthPages struct {
+	mu            sync.Mutex
+	reads, inside int
+	most          int
+	gate          func(inside int)
+}
+
+func (s *synthPages) ReadAt(p []byte, off int64) (int, error) {
+	s.mu.Lock()
+	s.reads++
+	s.inside++
+	s.most = max(s.most, s.inside)
+	in := s.inside
+	s.mu.Unlock()
+	if s.gate != nil {
+		s.gate(in)
+	}
+	for i := range p {
+		p[i] = byte((off + int64(i)) / pageSize)
+	}
+	s.mu.Lock()
+	s.inside--
+	s.mu.Unlock()
+	return len(p), nil
+}
+
+func (s *synthPages) Close() error { return nil }
+
+// fixedImage writes into a directory the pagemap of process 7 with one
+// lazy entry of mib MiB at 0x10000000 and returns it and the working set
+// of n pages spread evenly over it (the bench's "fixed" subject).
+func fixedImage(t *testing.T, mib, n int) (string, []wsPage) {
+	t.Helper()
+	dir := t.TempDir()
+	pages := mib << 20 / pageSize
+	if err := writePagemapFile(pagemapPath(dir, 7), 1, []pmEntry{
+		{vaddr: 0x10000000, pages: uint32(pages), flags: pePresent | peLazy},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var ws []wsPage
+	for p := 0; p < pages; p += pages / n {
+		ws = append(ws, wsPage{7, 0x10000000 + uint64(p)*pageSize})
+	}
+	return dir, ws
+}
+
+// A working set of fixed size spread over the whole memory costs one read
+// a page whatever the memory's size (nothing near to join), the same
+// number of pages in clusters one read a cluster; every page lands where
+// CRIU reads it.
+func TestFillReadsPerWorkingSet(t *testing.T) {
+	for _, c := range []struct {
+		mib, pages, cluster int
+		reads               int64
+	}{
+		{64, 256, 1, 256},
+		{256, 256, 1, 256},
+		{1024, 256, 1, 256},
+		{1024, 256, 16, 16}, // 16 runs of 16 pages
+		{64, 4096, 1, 64},   // every 4th page: all of it read, 1 MiB a read
+	} {
+		t.Run(fmt.Sprintf("%dMiB_%dpages_in_runs_of_%d", c.mib, c.pages, c.cluster), func(t *testing.T) {
+			dir, spread := fixedImage(t, c.mib, c.pages/c.cluster)
+			var ws []wsPage
+			for _, p := range spread {
+				for i := range c.cluster {
+					ws = append(ws, wsPage{p.pid, p.vaddr + uint64(i)*pageSize})
+				}
+			}
+			sp := &synthPages{}
+			src := &Source{Dir: dir, Jobs: 8, Pages: func(string) (PagesFile, error) { return sp, nil }}
+			fill, err := src.fillPages(context.Background(), ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fill.Pages != int64(c.pages) || fill.Reads != c.reads || int64(sp.reads) != c.reads {
+				t.Fatalf("filled %+v in %d reads; want %d pages in %d reads", fill, sp.reads, c.pages, c.reads)
+			}
+			f, err := os.Open(filepath.Join(dir, "pages-1.img"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			b := make([]byte, 1)
+			for _, p := range ws {
+				off := int64(p.vaddr-0x10000000) + pageSize - 1
+				if _, err := f.ReadAt(b, off); err != nil || b[0] != byte(off/pageSize) {
+					t.Fatalf("page at %#x: %v %v", p.vaddr, b, err)
+				}
+			}
+		})
+	}
+}
+
+// The working set's reads all go out at once, as many as fillPages keeps
+// in flight, before the restore: none waits for another (nor for a
+// fault, which only the restore after it can make).
+func TestFillReadsInParallel(t *testing.T) {
+	dir, ws := fixedImage(t, 64, 256)
+	const jobs = 4
+	all := make(chan struct{})
+	var once sync.Once
+	sp := &synthPages{}
+	sp.gate = func(inside int) {
+		if inside == 4*jobs {
+			once.Do(func() { close(all) })
+		}
+		select {
+		case <-all:
+		case <-time.After(time.Minute):
+			// Reads one after another never get there.
+		}
+	}
+	src := &Source{Dir: dir, Jobs: jobs, Pages: func(string) (PagesFile, error) { return sp, nil }}
+	if _, err := src.fillPages(context.Background(), ws); err != nil {
+		t.Fatal(err)
+	}
+	if sp.most != 4*jobs {
+		t.Fatalf("at most %d reads in flight, want %d", sp.most, 4*jobs)
 	}
 }
