@@ -29,7 +29,8 @@ checkpointed() {
 		return 1
 	fi
 	CK_MS=$(ms_between $_t1 $(now))
-	wait $_rp
+	wait $_rp # the run ends with the checkpoint, by a signal
+	return 0
 }
 
 # first_output NAME [ARGS...]: ms from the start of a restore of NAME (one
