@@ -26,7 +26,9 @@
  * whole allocation (the lazy restore benchmark's working set). With
  * "fixed" its hot pages are HOT_PAGES whatever its size, as far apart as
  * they can be (every MIBth page): a working set of fixed size in which no
- * page is near another, the worst case for a restore that fetches them.
+ * page is near another, the worst case for a restore that fetches them;
+ * and its child is forked before the allocation, so that the tree's
+ * memory is MIB, not twice that.
  *
  * Usage: criu-stateful DIR MIB [hot|fixed|write]
  */
@@ -90,6 +92,20 @@ static void write_counter(long value)
 	rename("/tmp/counter.tmp", "/tmp/counter");
 }
 
+/* The child that knows the secret: it answers each byte on in with it on out. */
+static pid_t start_child(int in, int out, unsigned int secret)
+{
+	pid_t child = fork();
+	char c;
+
+	if (child) /* or -1: no child */
+		return child;
+	while (read(in, &c, 1) == 1)
+		if (write(out, &secret, sizeof(secret)) != sizeof(secret))
+			_exit(1);
+	_exit(0);
+}
+
 int main(int argc, char **argv)
 {
 	char path[4096], id[128] = "", line[512], writes[64] = "ok";
@@ -98,7 +114,7 @@ int main(int argc, char **argv)
 	unsigned int secret;
 	uint64_t seed, touches = 0, *mem;
 	size_t size, pages, words, i, p, stride;
-	pid_t child;
+	pid_t child = -1;
 	FILE *f;
 
 	fixed = argc == 4 && !strcmp(argv[3], "fixed");
@@ -117,15 +133,22 @@ int main(int argc, char **argv)
 	if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed) ||
 	    getrandom(&secret, sizeof(secret), 0) != sizeof(secret))
 		return 2;
+	snprintf(path, sizeof(path), "%s/state.log", argv[1]);
+	fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0644);
+	if (fd < 0 || pipe(req) || pipe(rep))
+		return 2;
+	/*
+	 * With "fixed", the child comes before the allocation, so that the
+	 * tree's memory is MIB and not twice that (a child forked after it
+	 * has a copy of its own in the checkpoint).
+	 */
+	if (fixed)
+		child = start_child(req[0], rep[1], secret);
 	mem = malloc(size);
 	if (!mem)
 		return 2;
 	for (i = 0; i < words; i++)
 		mem[i] = word(i, 0, seed);
-	snprintf(path, sizeof(path), "%s/state.log", argv[1]);
-	fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0644);
-	if (fd < 0 || pipe(req) || pipe(rep))
-		return 2;
 	if (writer) {
 		snprintf(path, sizeof(path), "%s/heartbeat", argv[1]);
 		hb = open(path, O_WRONLY | O_CREAT, 0644);
@@ -133,15 +156,10 @@ int main(int argc, char **argv)
 			return 2;
 	}
 	dprintf(fd, "started\n");
-	child = fork();
-	if (child == 0) {
-		char c;
-
-		while (read(req[0], &c, 1) == 1)
-			if (write(rep[1], &secret, sizeof(secret)) != sizeof(secret))
-				_exit(1);
-		_exit(0);
-	}
+	if (!fixed)
+		child = start_child(req[0], rep[1], secret);
+	if (child < 0)
+		return 2;
 	signal(SIGUSR1, on_usr1);
 	signal(SIGUSR2, on_usr2);
 	write_counter(counter);
