@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Source is a checkpoint image kept elsewhere than in the branch's store
@@ -98,10 +99,13 @@ func coalesce(spans []span, gap, limit int64) []span {
 }
 
 // Fill says what fillPages did: the pages it wrote that CRIU reads
-// itself, the reads it made for them (coalesced), and the bytes those
-// read.
+// itself, the reads it made for them (coalesced), the bytes those read,
+// and how long it took.
 type Fill struct {
-	Pages, Reads, Bytes int64
+	Pages int64   `json:"pages"`
+	Reads int64   `json:"reads"`
+	Bytes int64   `json:"bytes"`
+	MS    float64 `json:"ms"`
 }
 
 // fillPages writes into the pages files of dir what CRIU reads from them
@@ -109,8 +113,8 @@ type Fill struct {
 // those of the working set ws, which the prefetch makes eager. Its reads,
 // coalesced, all go out at once, s.Jobs at a time, before the restore
 // starts: none waits behind a fault.
-func (s *Source) fillPages(ctx context.Context, ws []wsPage) (Fill, error) {
-	var st Fill
+func (s *Source) fillPages(ctx context.Context, ws []wsPage) (st Fill, err error) {
+	defer func(start time.Time) { st.MS = ms(time.Since(start)) }(time.Now())
 	want := map[int]map[uint64]bool{}
 	for _, p := range ws {
 		if want[p.pid] == nil {

@@ -89,7 +89,7 @@ func TestSourceFillsThenServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Fill{Pages: 3, Reads: 1, Bytes: 6 * pageSize}); fill != want || o.read != fill.Bytes {
+	if want := (Fill{Pages: 3, Reads: 1, Bytes: 6 * pageSize, MS: fill.MS}); fill != want || o.read != fill.Bytes {
 		t.Fatalf("filled %+v, read %d bytes; want %+v", fill, o.read, want)
 	}
 	got, err := os.ReadFile(filepath.Join(local, "pages-1.img"))

@@ -36,7 +36,9 @@ checkpointed() {
 # first_output NAME [ARGS...]: ms from the start of a restore of NAME (one
 # clone, with ARGS) to the clone's first output (the subject's DIR/first,
 # once it has read its hot pages); the restore's output stays in
-# /tmp/bench-restore. Checks the clone's result and aborts its branch.
+# /tmp/bench-restore, with the page server's summary ("served N pages, F
+# of them faulted in") when BENCH_STORE names the store. Checks the
+# clone's result and aborts its branch.
 first_output() {
 	_n=$1
 	shift
@@ -58,6 +60,7 @@ first_output() {
 	_t1=$(now)
 	wait $_bp
 	grep -q 'alloc=ok child=ok' $MNT/@$_b/result || echo "BENCH-ERROR $_n $*: not restored faithfully: $(cat $MNT/@$_b/result)" >&2
+	[ -z "${BENCH_STORE:-}" ] || cat $BENCH_STORE/branches/$_b/restores/1/page-server.log >>/tmp/bench-restore 2>/dev/null
 	branchfs abort $MNT/@$_b >/dev/null
 	ms_between $_t0 $_t1
 }

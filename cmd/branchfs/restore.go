@@ -80,7 +80,7 @@ the bucket, where the next one, on any host, finds it and fetches it before the 
 					fmt.Printf("lazy restore: recorded the working set (if the clones faulted any page in)\n")
 				}
 				if f := out.Fetched; f != nil {
-					fmt.Printf("lazy restore: fetched the %d pages restored first in %d reads, %d requests, %d KiB\n", f.Pages, f.Reads, out.Requests, f.Bytes>>10)
+					fmt.Printf("lazy restore: fetched the %d pages restored first in %d reads, %d requests, %d KiB, %.0f ms\n", f.Pages, f.Reads, out.Requests, f.Bytes>>10, f.MS)
 				}
 				for _, c := range out.Clones {
 					state := "kept"
