@@ -70,6 +70,13 @@ func changeBranch(t testing.TB, v string) {
 	must(t, os.WriteFile(p("suid"), []byte("#!/bin/sh\n"), 0o755))
 	must(t, os.Lchown(p("suid"), 1234, 1234))
 	must(t, unix.Chmod(p("suid"), 0o4755))
+	// Read-only files made in the branch, one of one chunk and one of
+	// several, with an xattr each: a pull writes them before it may not.
+	for name, size := range map[string]int{"ro": 100, "bigro": 3 << 20} {
+		must(t, os.WriteFile(p(name), randomBytes(size, uint64(size)), 0o644))
+		must(t, unix.Setxattr(p(name), "user.ro", []byte(name), 0))
+		must(t, os.Chmod(p(name), 0o444))
+	}
 }
 
 // twoHosts makes a base, a copy of it, and mounts each: two hosts that

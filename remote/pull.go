@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/branchfs/branchfs/branch"
 	"golang.org/x/sys/unix"
@@ -126,18 +127,20 @@ func Pull(ctx context.Context, b *Bucket, loc Location, m *Manifest, t Target, o
 	}
 	bar := newProgress(o.Progress, "pull "+m.Branch)
 	defer bar.end()
-	var jobs []chunkJob
+	var jobs []pullJob
 	chunks := map[string]bool{}
 	st = &Stats{Paths: len(m.Entries)}
 	for i := range m.Entries {
 		e := &m.Entries[i]
 		st.Bytes += e.Size
-		if !p.made[e.Path] || e.Type != "file" {
+		if !p.made[e.Path] || e.Type != "file" || len(e.Chunks) == 0 {
 			continue
 		}
+		f := &pulledFile{e: e}
+		f.left.Store(int32(len(e.Chunks)))
 		off := int64(0)
 		for _, c := range e.Chunks {
-			jobs = append(jobs, chunkJob{e.Path, off, c, len(e.Chunks) == 1})
+			jobs = append(jobs, pullJob{f, off, c})
 			chunks[c.Hash] = true
 			off += c.Size
 			bar.total.Add(c.Size)
@@ -153,11 +156,13 @@ func Pull(ctx context.Context, b *Bucket, loc Location, m *Manifest, t Target, o
 		return nil, err
 	}
 	// Metadata after the data (a write would change the times, and a
-	// read-only mode would stop it); directories last, deepest first,
-	// as what is made in them changes their times.
+	// read-only mode would stop it): a file the pull wrote got its own
+	// from the descriptor that wrote its last chunk (finish); the other
+	// entries get theirs here. Directories last, deepest first, as what
+	// is made in them changes their times.
 	err = parallel(ctx, len(m.Entries), o.jobs(), func(ctx context.Context, i int) error {
 		e := &m.Entries[i]
-		if e.Kind == branch.DeltaDeleted || e.Type == "dir" {
+		if e.Kind == branch.DeltaDeleted || e.Type == "dir" || p.made[e.Path] && e.Type == "file" && len(e.Chunks) > 0 {
 			return nil
 		}
 		return p.setMeta(e, true, p.made[e.Path])
@@ -188,11 +193,25 @@ type puller struct {
 	made map[string]bool    // entries made anew (files: to be written)
 }
 
+// pulledFile is a file a pull writes: its entry, and the chunks of it
+// not yet written.
+type pulledFile struct {
+	e    *Entry
+	left atomic.Int32
+}
+
+// pullJob is a chunk to write into a file.
+type pullJob struct {
+	f   *pulledFile
+	off int64
+	c   Chunk
+}
+
+// chunkJob is a chunk to write into a file of a checkpoint image.
 type chunkJob struct {
-	path   string
-	off    int64
-	c      Chunk
-	create bool // the file's one chunk: the file is made with it
+	path string
+	off  int64
+	c    Chunk
 }
 
 // make makes e's path what the branch had there, but a file's content
@@ -261,8 +280,11 @@ func (p *puller) sameContent(e *Entry) bool {
 }
 
 // fetch downloads one chunk, checks it against its name and writes it
-// into its file.
-func (p *puller) fetch(ctx context.Context, j chunkJob, bar *progress) error {
+// into its file. A file of one chunk is made with it, with the mode it
+// ends with but its special bits, so that nothing else need open it; the
+// chunk written last gives the file its metadata from the descriptor
+// that wrote it (finish).
+func (p *puller) fetch(ctx context.Context, j pullJob, bar *progress) error {
 	data, err := p.b.Get(ctx, p.loc.chunkKey(j.c.Hash))
 	if err != nil {
 		return err
@@ -270,22 +292,52 @@ func (p *puller) fetch(ctx context.Context, j chunkJob, bar *progress) error {
 	if int64(len(data)) != j.c.Size || hashOf(data) != j.c.Hash {
 		return fmt.Errorf("chunk %s in %s is damaged: its content does not match its name", j.c.Hash, p.loc)
 	}
-	flags := unix.O_WRONLY
-	if j.create {
-		flags |= unix.O_CREAT | unix.O_EXCL
+	e := j.f.e
+	flags, mode := unix.O_WRONLY, uint32(0)
+	if len(e.Chunks) == 1 {
+		flags, mode = flags|unix.O_CREAT|unix.O_EXCL, e.Mode&0o777
 	}
-	f, err := p.v.openFile(j.path, flags, 0o600)
+	f, err := p.v.openFile(e.Path, flags, mode)
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteAt(data, j.off)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	defer f.Close()
+	fd := int(f.Fd())
+	// Its owner and mode before the write: the kernel still holds the
+	// attributes that made it, which the write makes it ask for again.
+	var made *unix.Stat_t
+	if flags&unix.O_CREAT != 0 {
+		made = new(unix.Stat_t)
+		if err := unix.Fstat(fd, made); err != nil {
+			return err
+		}
 	}
-	if err != nil {
+	if _, err := f.WriteAt(data, j.off); err != nil {
+		return err
+	}
+	if j.f.left.Add(-1) == 0 {
+		if err := finish(fd, e, made); err != nil {
+			return err
+		}
+	}
+	if err := f.Close(); err != nil {
 		return err
 	}
 	bar.add(j.c.Size)
+	return nil
+}
+
+// finish gives a file the pull made and wrote its owner, mode, xattrs and
+// times through fd, a descriptor that wrote it; st is its status before
+// the write, if known.
+func finish(fd int, e *Entry, st *unix.Stat_t) error {
+	if err := setOwnerModeXattrs(fd, e, true, st); err != nil {
+		return pathError("setting the metadata of", e.Path, err)
+	}
+	ts := []unix.Timespec{unix.NsecToTimespec(e.Atime), unix.NsecToTimespec(e.Mtime)}
+	if err := unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH); err != nil {
+		return pathError("setting the times of", e.Path, err)
+	}
 	return nil
 }
 
@@ -305,7 +357,7 @@ func (p *puller) setMeta(e *Entry, all, made bool) error {
 	}
 	defer unix.Close(fd)
 	if all {
-		if err := setOwnerModeXattrs(fd, e, made); err != nil {
+		if err := setOwnerModeXattrs(fd, e, made, nil); err != nil {
 			return pathError("setting the metadata of", e.Path, err)
 		}
 	}
@@ -316,10 +368,15 @@ func (p *puller) setMeta(e *Entry, all, made bool) error {
 	return nil
 }
 
-func setOwnerModeXattrs(fd int, e *Entry, made bool) error {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return err
+// setOwnerModeXattrs gives the entry open at fd (O_PATH or not) the
+// owner, mode and xattrs of e; made says the pull made it, st, if not
+// nil, is its status.
+func setOwnerModeXattrs(fd int, e *Entry, made bool, st *unix.Stat_t) error {
+	if st == nil {
+		st = new(unix.Stat_t)
+		if err := unix.Fstat(fd, st); err != nil {
+			return err
+		}
 	}
 	root := os.Geteuid() == 0
 	chowned := false

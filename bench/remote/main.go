@@ -51,6 +51,7 @@ type bench struct {
 func main() {
 	out := flag.String("out", "bench/results/remote.md", "where the report goes")
 	runs := flag.Int("runs", 3, "runs of each measure (the median is reported)")
+	only := flag.String("only", "", "measure only this: big, small or second (default: all)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench/remote: needs root (FUSE mounts)")
@@ -76,18 +77,21 @@ func main() {
 	defer func() { server.Process.Kill(); server.Wait() }() // before the cleanup
 	start := time.Now()
 
-	big := b.branch("big", func(v string) { writeFiles(v, 4, 64<<20) })
-	small := b.branch("small", func(v string) { writeFiles(v, 4096, 16<<10) })
-	for _, w := range []struct {
-		name, view string
-	}{{"4 files of 64 MiB", big}, {"4096 files of 16 KiB in 64 directories", small}} {
-		b.throughput(w.name, w.view, *runs)
+	if *only == "" || *only == "big" {
+		big := b.branch("big", func(v string) { writeFiles(v, 4, 64<<20) })
+		b.throughput("4 files of 64 MiB", big, *runs)
 	}
-	b.secondPush(*runs)
+	if *only == "" || *only == "small" {
+		small := b.branch("small", func(v string) { writeFiles(v, 4096, 16<<10) })
+		b.throughput("4096 files of 16 KiB in 64 directories", small, *runs)
+	}
+	if *only == "" || *only == "second" {
+		b.secondPush(*runs)
+	}
 
 	var r strings.Builder
 	fmt.Fprintf(&r, "# Push and pull through an S3 server\n\n")
-	fmt.Fprintf(&r, "- command: `go run ./bench/remote`\n")
+	fmt.Fprintf(&r, "- command: `%s`\n", strings.Join(append([]string{"go run ./bench/remote"}, os.Args[1:]...), " "))
 	fmt.Fprintf(&r, "- run: %s, %.0f s; SeaweedFS (weed server -s3) on loopback, one process; %d requests in flight for\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), time.Since(start).Seconds(), jobs)
 	fmt.Fprintf(&r, "  every measure; the branch and the plain files on one ext4 (or whatever holds /var/tmp); median of %d runs\n", *runs)
