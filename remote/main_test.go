@@ -36,6 +36,8 @@ func TestMain(m *testing.M) {
 		if dir, err = os.MkdirTemp("", "branchfs-bin"); err != nil {
 			panic(err)
 		}
+		// The unprivileged tests run it as another user.
+		os.Chmod(dir, 0o755)
 		binary = filepath.Join(dir, "branchfs")
 		cmd := exec.Command("go", "build", "-o", binary, "../cmd/branchfs")
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr

@@ -379,21 +379,16 @@ func setOwnerModeXattrs(fd int, e *Entry, made bool, st *unix.Stat_t) error {
 		}
 	}
 	root := os.Geteuid() == 0
-	chowned := false
+	mode := st.Mode & 07777
 	if root && (st.Uid != e.UID || st.Gid != e.GID) {
 		// Before the mode: a chown clears set-user-ID bits.
 		if err := unix.Fchownat(fd, "", int(e.UID), int(e.GID), unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return err
 		}
-		chowned = true
+		mode = 1 << 31 // to be set whatever it is
 	}
 	if e.Type == "symlink" {
 		return nil // no mode, and no user xattrs
-	}
-	if chowned || st.Mode&07777 != e.Mode {
-		if err := unix.Chmod(procPath(fd), e.Mode); err != nil {
-			return err
-		}
 	}
 	var have []string
 	if !made {
@@ -402,19 +397,13 @@ func setOwnerModeXattrs(fd int, e *Entry, made bool, st *unix.Stat_t) error {
 			return err
 		}
 	}
+	var remove, set []string
 	for _, n := range have {
 		if _, keep := e.Xattrs[n]; !keep {
-			if err := unix.Removexattr(procPath(fd), n); err != nil && !errors.Is(err, unix.ENODATA) {
-				return err
-			}
+			remove = append(remove, n)
 		}
 	}
-	names := make([]string, 0, len(e.Xattrs))
 	for n := range e.Xattrs {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
 		if !root && (strings.HasPrefix(n, "trusted.") || strings.HasPrefix(n, "security.")) {
 			continue // only root may set them, as with tar
 		}
@@ -423,8 +412,31 @@ func setOwnerModeXattrs(fd int, e *Entry, made bool, st *unix.Stat_t) error {
 				continue
 			}
 		}
+		set = append(set, n)
+	}
+	sort.Strings(set)
+	// The xattrs before the mode, which may be read-only: changing a
+	// user xattr needs write permission, which only root does without.
+	// The owner makes the file writable to itself for that while.
+	if len(remove)+len(set) > 0 && !root && mode&0o200 == 0 {
+		if err := unix.Chmod(procPath(fd), mode|0o200); err != nil {
+			return err
+		}
+		mode |= 0o200
+	}
+	for _, n := range remove {
+		if err := unix.Removexattr(procPath(fd), n); err != nil && !errors.Is(err, unix.ENODATA) {
+			return err
+		}
+	}
+	for _, n := range set {
 		if err := unix.Setxattr(procPath(fd), n, e.Xattrs[n], 0); err != nil {
 			return fmt.Errorf("xattr %s: %w", n, err)
+		}
+	}
+	if mode != e.Mode {
+		if err := unix.Chmod(procPath(fd), e.Mode); err != nil {
+			return err
 		}
 	}
 	return nil
