@@ -30,6 +30,12 @@ type DumpOptions struct {
 	PID          int  // root of the tree: a process of a run in the branch; 0: the run's command
 	LeaveRunning bool // the tree goes on after the dump (else it is killed)
 	Incremental  bool // only pages written since the previous checkpoint, where the kernel can tell
+	// Watch, if set, is called with the directory CRIU dumps into just
+	// before CRIU starts, and the function it returns as soon as CRIU has
+	// exited (dumped: it succeeded), before the image is published (the
+	// directory is then renamed): for an upload that runs while CRIU
+	// writes. An error from Watch fails the checkpoint before the dump.
+	Watch func(dir string) (done func(dumped bool), err error)
 }
 
 // freezeTimeout bounds the wait for a run's tree to stop before a dump.
@@ -154,7 +160,14 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (ImageMeta, error)
 		return fail(errors.New("checkpoint: nsenter (util-linux or busybox) is needed"))
 	}
 	cmd := exec.Command(nsenter, append([]string{"-t", strconv.Itoa(helper), "-m", "-p", "--", criu}, args...)...)
+	watched := func(bool) {}
+	if o.Watch != nil {
+		if watched, err = o.Watch(staged); err != nil {
+			return fail(err)
+		}
+	}
 	out, err := cmd.CombinedOutput()
+	watched(err == nil)
 	if !o.LeaveRunning {
 		syscall.Kill(root, syscall.SIGKILL) // the run ends with it
 	}

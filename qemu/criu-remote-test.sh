@@ -4,7 +4,8 @@
 # guest reaches it at 10.0.2.2) and a base made the same way on each.
 #
 #   criu-remote-test.sh first    (init.sh, after criu-test.sh) a subject
-#                                checkpointed with --to into the bucket
+#                                checkpointed with --to into the bucket,
+#                                its image uploaded while CRIU dumps it
 #   criu-remote-test.sh second   (init.sh, on the second boot) restored
 #                                from the bucket with clones, eagerly and
 #                                lazily; a bad secret and a connection
@@ -22,7 +23,7 @@ phase=$1
 pass() { echo "PASS $*"; }
 fail() { echo "FAIL $*"; }
 case $phase in
-first) names="criu_remote_checkpoint" ;;
+first) names="criu_remote_checkpoint criu_remote_streamed" ;;
 second) names="criu_remote_bad_secret criu_remote_dropped criu_remote_restore criu_remote_lazy criu_remote_lazy_prefetch" ;;
 *) echo "usage: $0 first|second" >&2; exit 2 ;;
 esac
@@ -33,8 +34,9 @@ set -a
 set +a
 ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && ip route add default via 10.0.2.2 ||
 	fail_all "no network: $(ip link 2>&1 | tr '\n' ' ')"
-# The first boot's criu-test.sh has set up what CRIU needs; not the second's.
-[ $phase = first ] || . /tests/criu-setup.sh
+# The first boot's criu-test.sh has set up what CRIU needs, unless only
+# these tests run (BRANCHFS_QEMU_ONLY=remote); not the second's.
+grep -q ' /run tmpfs ' /proc/mounts || . /tests/criu-setup.sh
 criu check >/dev/null 2>&1 || fail_all "criu check fails"
 url=$S3_URL/ck/rem
 
@@ -74,11 +76,54 @@ if [ $phase = first ]; then
 			sleep 0.05
 		done
 	done
-	if out=$(branchfs checkpoint rem $MNT --run-id rem --to $S3_URL/ck/ 2>&1) && echo "$out" | grep -q "^pushed rem with checkpoint 1 to $url:"; then
-		pass "criu_remote_checkpoint: $(echo "$out" | tail -1)"
+	# The checkpoint's requests go through s3log, which notes each one
+	# the server has answered, and its CRIU, once done, does not exit
+	# before a chunk of the image is in the bucket: a push that began
+	# only once CRIU exited would find none (criu_remote_streamed).
+	cat >/tmp/criu-held <<'W'
+#!/bin/sh
+criu "$@"
+rc=$?
+[ "$1" = dump ] || exit $rc
+cut -d' ' -f1 /proc/uptime >/tmp/dumped
+i=0
+until chunk=$(grep -m1 '^PUT /guest/ck/\.chunks/[0-9a-f]* 200$' /tmp/s3log); do
+	i=$((i + 1))
+	if [ $i -gt 2400 ]; then
+		echo "no chunk of the image reached the bucket in the 2 minutes after CRIU dumped it" >/tmp/held
+		cut -d' ' -f1 /proc/uptime >/tmp/released
+		exit $rc
+	fi
+	sleep 0.05
+done
+echo "seen before the dump ended: $chunk" >/tmp/held
+cut -d' ' -f1 /proc/uptime >/tmp/released
+exit $rc
+W
+	chmod +x /tmp/criu-held
+	rm -f /tmp/s3log /tmp/held
+	/tests/s3log 127.0.0.1:18334 "${AWS_ENDPOINT_URL#http://}" /tmp/s3log >/tmp/s3log.out 2>&1 &
+	LOGPID=$!
+	i=0
+	until grep -q ready /tmp/s3log.out 2>/dev/null || [ $i -gt 200 ]; do i=$((i + 1)); sleep 0.05; done
+	started=$(cut -d' ' -f1 /proc/uptime)
+	if out=$(AWS_ENDPOINT_URL=http://127.0.0.1:18334 BRANCHFS_CRIU=/tmp/criu-held branchfs checkpoint rem $MNT --run-id rem --to $S3_URL/ck/ 2>&1) &&
+		echo "$out" | grep -q "^pushed rem with checkpoint 1 to $url:"; then
+		# The times of the dump (to CRIU's exit) and of what followed the
+		# hold: their sum is what checkpoint --to takes without it.
+		took=$(awk -v s="$started" -v d="$(cat /tmp/dumped)" -v r="$(cat /tmp/released)" -v e="$(cut -d' ' -f1 /proc/uptime)" \
+			'BEGIN { printf "dump %.2f s, then %.2f s to the manifest", d - s, e - r }')
+		pass "criu_remote_checkpoint: $(echo "$out" | tail -1) ($took)"
 	else
 		fail "criu_remote_checkpoint: $out"
 	fi
+	if grep -q '^seen ' /tmp/held 2>/dev/null; then
+		pass "criu_remote_streamed: $(cat /tmp/held)"
+	else
+		fail "criu_remote_streamed: $(cat /tmp/held 2>/dev/null || echo "the dump did not get as far: $(cat /tmp/s3log.out)")"
+	fi
+	kill $LOGPID 2>/dev/null
+	wait $LOGPID 2>/dev/null
 	wait $RUNPID 2>/dev/null
 	if [ -x /tests/criu-remote-bench.sh ]; then
 		/tests/criu-remote-bench.sh

@@ -32,6 +32,16 @@ branchfs mount --base /data/base2 --store /data/store2 --max-branches 2 /lim || 
 # Its control group, gid 65534, may make branches: for unprivileged callers.
 branchfs mount --base /data/base3 --store /data/store3 --control-group 65534 /grp || echo "FAIL mount /grp"
 cd /
+# BRANCHFS_QEMU_ONLY=remote (qemu/run.sh): the remote checkpoint tests alone.
+if grep -qw branchfs.only=remote /proc/cmdline; then
+	echo "== checkpoint and restore"
+	/tests/criu-remote-test.sh first
+	echo "== kernel log"
+	dmesg
+	echo "== kernel log end"
+	echo "== guest done"
+	poweroff -f
+fi
 /tests/branch_test
 echo "== go binding"
 BRANCHFS_GUEST_MNT=/work /tests/kernel.test -test.v -test.count=1

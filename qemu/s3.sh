@@ -46,6 +46,7 @@ AWS_EC2_METADATA_DISABLED=true
 ENV
 	install -m 755 "$here/criu-remote-test.sh" "$root/tests/criu-remote-test.sh"
 	(cd "$repo" && CGO_ENABLED=0 go build -o "$root/tests/dropconn" ./qemu/dropconn)
+	(cd "$repo" && CGO_ENABLED=0 go build -o "$root/tests/s3log" ./qemu/s3log)
 	if [ -n "${BRANCHFS_CRIU_BENCH:-}" ]; then
 		install -m 755 "$here/criu-remote-bench.sh" "$root/tests/criu-remote-bench.sh"
 	fi

@@ -26,6 +26,10 @@ type Source struct {
 	Items        []branch.DeltaItem // its delta (branch.Store.Delta)
 	// Image is the branch's checkpoint image to push with it, if any.
 	Image *Image
+	// Stream, if not nil, uploaded the image's files as they were
+	// dumped: Push takes those unchanged since, and the stream's
+	// uploads, and closes it.
+	Stream *ImageStream
 }
 
 // Image is a checkpoint image on this host: its record and directory.
@@ -84,6 +88,9 @@ func Push(ctx context.Context, b *Bucket, loc Location, src Source, o Options) (
 	}
 	defer pv.close()
 	sent0, recv0, req0 := b.Moved()
+	if src.Stream != nil {
+		sent0, recv0, req0 = src.Stream.sent0, src.Stream.recv0, src.Stream.req0
+	}
 	m := &Manifest{Format: manifestFormat, Branch: src.Name, Parent: src.Parent, Created: time.Now().UTC(),
 		Entries: make([]Entry, len(src.Items))}
 	// The metadata and the base versions first, which gives the bar its
@@ -133,7 +140,13 @@ func Push(ctx context.Context, b *Bucket, loc Location, src Source, o Options) (
 			bar.total.Add(fi.Size())
 		}
 	}
-	up := newUploader(ctx, b, loc, o.jobs())
+	var up *uploader
+	if src.Stream != nil {
+		src.Stream.stop()
+		up = src.Stream.up
+	} else {
+		up = newUploader(ctx, b, loc, o.jobs())
+	}
 	// The chunks the manifest at loc names are there: it was written
 	// after them. A second push of a branch asks only about the others.
 	if err := up.knowManifest(ctx); err != nil {
@@ -162,6 +175,17 @@ func Push(ctx context.Context, b *Bucket, loc Location, src Source, o Options) (
 			}
 			defer f.Close()
 			im := &m.Checkpoint.Files[i]
+			if src.Stream != nil {
+				var st unix.Stat_t
+				if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+					return err
+				}
+				if sf, ok := src.Stream.file(images[i].Name(), &st); ok {
+					*im = sf
+					bar.add(sf.Size)
+					return nil
+				}
+			}
 			im.Name = images[i].Name()
 			im.Chunks, im.SHA256, im.Size, err = pushStream(ctx, f, up, bar)
 			if err != nil {
@@ -169,6 +193,9 @@ func Push(ctx context.Context, b *Bucket, loc Location, src Source, o Options) (
 			}
 			return nil
 		})
+	}
+	if src.Stream != nil {
+		src.Stream.close()
 	}
 	if werr := up.wait(); err == nil {
 		err = werr
@@ -271,12 +298,17 @@ type uploader struct {
 	mu     sync.Mutex
 	seen   map[string]bool
 	known  map[string]bool // in the bucket: named by the manifest there
+	knew   bool            // known was read (it is not written after)
 	stored atomic.Int64
 }
 
 // knowManifest notes the chunks of the manifest at the uploader's place,
 // if one is there.
 func (u *uploader) knowManifest(ctx context.Context) error {
+	if u.knew {
+		return nil
+	}
+	u.knew = true
 	data, err := u.b.Get(ctx, u.loc.Key)
 	if IsNotFound(err) {
 		return nil

@@ -26,8 +26,10 @@ holds them). The tree is killed unless --leave-running. --incremental stores onl
 the previous checkpoint (which must have left the tree running): those the kernel's soft-dirty bits mark,
 or, where the kernel has none, those that differ from the previous image (the pagemap's anonymous pages,
 compared); everything when there is no previous checkpoint. The output says which tier ran. Needs a CRIU that passes ` + "`criu check`" + `.
---to URL then pushes the branch with its checkpoint to URL (as push does), for restore --from on another
-host; it needs a full checkpoint (not --incremental).` + remoteEnv,
+--to URL pushes the branch with its checkpoint to URL (as push does), for restore --from on another
+host: each image file is uploaded as soon as CRIU has written it, the rest and the manifest once the
+dump is done; a dump or upload that fails leaves the manifest at URL as it was. It needs a full
+checkpoint (not --incremental).` + remoteEnv,
 		Example: `  branchfs run --branch job /mnt/p -- ./long-job.sh &
   branchfs checkpoint job /mnt/p --run-id job --leave-running
   branchfs checkpoint job /mnt/p --run-id job --to s3://bucket/jobs/`,
@@ -57,6 +59,7 @@ host; it needs a full checkpoint (not --incremental).` + remoteEnv,
 				return fmt.Errorf("checkpoint: %w", err)
 			}
 			var dest *remoteDest
+			var stream *remote.ImageStream
 			if to != "" {
 				if incremental {
 					return errors.New("checkpoint: --to needs a full checkpoint, not --incremental")
@@ -66,9 +69,16 @@ host; it needs a full checkpoint (not --incremental).` + remoteEnv,
 				if dest, err = openRemote(context.Background(), to, name); err != nil {
 					return fmt.Errorf("checkpoint %s: %w", name, err)
 				}
+				// The image's files go up as CRIU closes each; the push
+				// after the dump sends the rest and the manifest.
+				stream = remote.NewImageStream(dest.ctx, dest.b, dest.loc, remote.Options{Progress: terminal()})
+				o.Watch = stream.Watch
 			}
 			meta, err := checkpoint.Checkpoint(m, name, o)
 			if err != nil {
+				if stream != nil {
+					stream.Abort()
+				}
 				return fmt.Errorf("checkpoint %s: %w", name, err)
 			}
 			if !asJSON {
@@ -76,7 +86,7 @@ host; it needs a full checkpoint (not --incremental).` + remoteEnv,
 			}
 			var pushed *remote.Stats
 			if dest != nil {
-				if pushed, err = dest.push(m.View(name), name, remote.Options{Progress: terminal()}); err != nil {
+				if pushed, err = dest.push(m.View(name), name, stream, remote.Options{Progress: terminal()}); err != nil {
 					return fmt.Errorf("checkpoint %s: kept here, but the push to %s failed: %w (%s is as it was)", name, dest.loc, err, dest.loc)
 				}
 				if !asJSON {
@@ -90,7 +100,7 @@ host; it needs a full checkpoint (not --incremental).` + remoteEnv,
 		},
 	}
 	c.Flags().StringVar(&runID, "run-id", "", "checkpoint the command of the run in this branch")
-	c.Flags().StringVar(&to, "to", "", "then push the branch and its checkpoint to this s3://BUCKET/KEY")
+	c.Flags().StringVar(&to, "to", "", "push the branch and its checkpoint, as it is dumped, to this s3://BUCKET/KEY")
 	c.Flags().BoolVar(&leaveRunning, "leave-running", false, "leave the tree running after the dump")
 	c.Flags().BoolVar(&incremental, "incremental", false, "dump only the pages written since the previous checkpoint")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the image's record as JSON")

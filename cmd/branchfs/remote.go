@@ -59,7 +59,7 @@ through its view while it may change: stop writing to it for a consistent copy (
 				stop()
 				return fmt.Errorf("push %s: %w", name, err)
 			}
-			st, err := d.push(view, name, remote.Options{Jobs: jobs, Progress: terminal()})
+			st, err := d.push(view, name, nil, remote.Options{Jobs: jobs, Progress: terminal()})
 			if sig := stop(); sig != 0 {
 				fmt.Fprintf(os.Stderr, "branchfs: push %s interrupted; %s is as it was (push again to go on)\n", name, d.loc)
 				return exitStatus(sig)
@@ -105,9 +105,15 @@ func openRemote(ctx context.Context, url, name string) (*remoteDest, error) {
 }
 
 // push pushes the branch name whose view is view, with its checkpoint
-// when it has one whose files it still holds.
-func (d *remoteDest) push(view, name string, o remote.Options) (*remote.Stats, error) {
-	src := remote.Source{Name: name, View: view}
+// when it has one whose files it still holds; stream, if not nil,
+// uploaded that checkpoint's files as they were dumped.
+func (d *remoteDest) push(view, name string, stream *remote.ImageStream, o remote.Options) (_ *remote.Stats, err error) {
+	src := remote.Source{Name: name, View: view, Stream: stream}
+	defer func() {
+		if err != nil && stream != nil {
+			stream.Abort() // if Push did not take it
+		}
+	}()
 	data, err := ctl.Command(view, ctl.CmdDelta)
 	if err != nil {
 		return nil, ctl.Explain("delta", name, err)
