@@ -3,7 +3,6 @@ package remote
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"sync"
 	"unsafe"
@@ -65,18 +64,18 @@ func NewImageStream(ctx context.Context, b *Bucket, loc Location, o Options) *Im
 // The function it returns is called once CRIU has exited: if the dump
 // failed, it ends the watch and the uploads; else the watch goes on
 // until the push takes it, and uploads what the dump wrote last.
+//
+// Where the watch cannot be had (no inotify instance or watch left to
+// this user), nothing is uploaded during the dump: the push after it
+// sends everything, as it would without a stream.
 func (s *ImageStream) Watch(dir string) (func(dumped bool), error) {
-	// The known chunks first, which no upload then asks the bucket about.
-	if err := s.up.knowManifest(s.up.ctx); err != nil {
-		return nil, err
-	}
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
-		return nil, fmt.Errorf("inotify: %w", err)
+		return func(bool) {}, nil
 	}
 	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CLOSE_WRITE|unix.IN_MOVED_TO|unix.IN_ONLYDIR); err != nil {
 		unix.Close(fd)
-		return nil, &os.PathError{Op: "inotify_add_watch", Path: dir, Err: err}
+		return func(bool) {}, nil
 	}
 	if s.dir, err = unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 		unix.Close(fd)
@@ -107,6 +106,13 @@ func (s *ImageStream) stop() {
 // file's chunks go in parallel).
 func (s *ImageStream) watch() {
 	defer close(s.done)
+	// The chunks the manifest there names are in the bucket: no upload
+	// asks about them. (Here, not before the dump, which waits for no
+	// request; Push reads the set once the watch is over.)
+	if err := s.up.knowManifest(s.up.ctx); err != nil {
+		s.up.cancel(err)
+		return
+	}
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := s.ino.Read(buf)
