@@ -104,6 +104,7 @@ func main() {
 		fmt.Fprintf(&r, "- **the machine was loaded** (a 1-minute load of %.2f before this run began): the absolute figures suffer;\n", l)
 		fmt.Fprintf(&r, "  the ratios, each side measured in turn under the same load, hold better\n")
 	}
+	fmt.Fprintf(&r, "- how these figures came to be, and earlier ones: [docs/performance-history.md](../../docs/performance-history.md#push-and-pull)\n")
 	fmt.Fprintf(&r, "\n| measure | ratio | raw |\n| --- | --- | --- |\n")
 	for _, l := range b.lines {
 		fmt.Fprintln(&r, l)
