@@ -150,15 +150,16 @@ func getChunk(ctx context.Context, b *Bucket, loc Location, c Chunk) ([]byte, er
 	return data, nil
 }
 
-// blockSize is what a RangeReader fetches at a time: a fault asks for one
-// page, and the pages near it are likely next.
+// blockSize is what a RangeReader keeps in its cache at a time: a fault
+// asks for one page, and the pages near it are likely next. A longer read
+// (CRIU's background copy asks for up to 4 MiB) fetches the blocks it
+// lacks of each chunk in one request.
 const blockSize = 128 << 10
 
 // DefaultBlockCache is the size of a lazy restore's BlockCache: the
 // blocks its clones, copying in the same memory at about the same pace,
-// read from each other. It is held beside the restored memory: 256 MiB
-// (and the garbage of its turnover) beside a 1 GiB clone and its local
-// image ran a 3.5 GiB guest out of memory.
+// read from each other. It is held beside the restored memory, so no
+// larger than that needs.
 const DefaultBlockCache = 32 << 20
 
 // BlockCache holds blocks of chunks fetched by ranged GETs, shared by the
@@ -188,36 +189,82 @@ func NewBlockCache(size int64) *BlockCache {
 	return &BlockCache{max: int(max(1, size/blockSize)), blocks: map[blockKey]*list.Element{}, lru: list.New()}
 }
 
-// get returns block k of chunk c, fetching it once for all callers.
-func (bc *BlockCache) get(ctx context.Context, b *Bucket, loc Location, c Chunk, k blockKey) ([]byte, error) {
+// run returns blocks first to first+n-1 of chunk c, each fetched once
+// for all callers: the run of those missing between two present ones by
+// one ranged GET.
+func (bc *BlockCache) run(ctx context.Context, b *Bucket, loc Location, c Chunk, first, n int64) ([][]byte, error) {
+	bls := make([]*block, n)
+	mine := make([]bool, n) // to fetch here
 	bc.mu.Lock()
-	if el, ok := bc.blocks[k]; ok {
-		bc.lru.MoveToFront(el)
-		bl := el.Value.(*block)
-		bc.mu.Unlock()
-		<-bl.done
-		return bl.data, bl.err
+	for i := range n {
+		k := blockKey{c.Hash, first + i}
+		if el, ok := bc.blocks[k]; ok {
+			bc.lru.MoveToFront(el)
+			bls[i] = el.Value.(*block)
+			continue
+		}
+		bls[i] = &block{key: k, done: make(chan struct{})}
+		bc.blocks[k] = bc.lru.PushFront(bls[i])
+		mine[i] = true
 	}
-	bl := &block{key: k, done: make(chan struct{})}
-	bc.blocks[k] = bc.lru.PushFront(bl)
 	for bc.lru.Len() > bc.max {
 		old := bc.lru.Back()
 		bc.lru.Remove(old)
 		delete(bc.blocks, old.Value.(*block).key)
 	}
 	bc.mu.Unlock()
-	off := k.n * blockSize
-	bl.data, bl.err = b.GetRange(ctx, loc.chunkKey(c.Hash), off, min(blockSize, c.Size-off))
-	if bl.err != nil {
-		bc.mu.Lock()
-		if el, ok := bc.blocks[k]; ok && el.Value == bl {
-			bc.lru.Remove(el)
-			delete(bc.blocks, k)
+	var wg sync.WaitGroup
+	for i := int64(0); i < n; {
+		if !mine[i] {
+			i++
+			continue
 		}
-		bc.mu.Unlock()
+		j := i + 1
+		for j < n && mine[j] {
+			j++
+		}
+		missing := bls[i:j]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			bc.fetch(ctx, b, loc, c, missing)
+		}()
+		i = j
 	}
-	close(bl.done)
-	return bl.data, bl.err
+	wg.Wait()
+	out := make([][]byte, n)
+	for i, bl := range bls {
+		<-bl.done
+		if bl.err != nil {
+			return nil, bl.err
+		}
+		out[i] = bl.data
+	}
+	return out, nil
+}
+
+// fetch fills run, consecutive blocks of chunk c, by one ranged GET; on
+// an error it drops them from the cache, so that a later read tries
+// again.
+func (bc *BlockCache) fetch(ctx context.Context, b *Bucket, loc Location, c Chunk, run []*block) {
+	off := run[0].key.n * blockSize
+	end := min(c.Size, (run[len(run)-1].key.n+1)*blockSize)
+	data, err := b.GetRange(ctx, loc.chunkKey(c.Hash), off, end-off)
+	for i, bl := range run {
+		if err != nil {
+			bl.err = err
+			bc.mu.Lock()
+			if el, ok := bc.blocks[bl.key]; ok && el.Value == bl {
+				bc.lru.Remove(el)
+				delete(bc.blocks, bl.key)
+			}
+			bc.mu.Unlock()
+		} else {
+			at := int64(i) * blockSize
+			bl.data = data[at:min(at+blockSize, int64(len(data))):min(at+blockSize, int64(len(data)))]
+		}
+		close(bl.done)
+	}
 }
 
 // RangeReader reads a file of an image in the bucket by ranged GETs, as
@@ -255,56 +302,60 @@ func OpenImageFile(ctx context.Context, b *Bucket, loc Location, m *Manifest, na
 	return nil, fmt.Errorf("the checkpoint at %s has no file %s", loc, name)
 }
 
-// ReadAt reads len(p) bytes at off: the blocks it spans, fetched at once
-// through the cache; or, without one, the bytes themselves, one request
-// for each chunk they span.
+// ReadAt reads len(p) bytes at off: the blocks it spans, through the
+// cache, those it lacks of each chunk by one request; or, without a
+// cache, the bytes themselves, one request for each chunk they span.
 func (r *RangeReader) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 || off+int64(len(p)) > r.size {
 		return 0, fmt.Errorf("read of %d bytes at %d past the end (%d): %w", len(p), off, r.size, io.ErrUnexpectedEOF)
 	}
+	// One span for each chunk the read covers, read at once: by one
+	// request, or through the cache.
 	type span struct {
-		c     Chunk
-		k     blockKey
-		from  int64 // in the block (in the chunk, without a cache)
-		dst   []byte
-		err   error
-		block []byte
+		c    Chunk
+		in   int64 // where dst starts in the chunk
+		dst  []byte
+		read func() error
 	}
 	var spans []*span
 	for at, rest := off, p; len(rest) > 0; {
 		i := sort.Search(len(r.starts), func(i int) bool { return r.starts[i] > at }) - 1
 		c := r.chunks[i]
 		in := at - r.starts[i]
-		s := &span{c: c, from: in}
-		if r.cache == nil {
-			s.dst = rest[:min(int64(len(rest)), c.Size-in)]
-		} else {
-			n := in / blockSize
-			s.k, s.from = blockKey{c.Hash, n}, in-n*blockSize
-			s.dst = rest[:min(int64(len(rest)), min(blockSize, c.Size-n*blockSize)-s.from)]
-		}
+		s := &span{c: c, in: in, dst: rest[:min(int64(len(rest)), c.Size-in)]}
 		spans = append(spans, s)
 		at, rest = at+int64(len(s.dst)), rest[len(s.dst):]
 	}
+	errs := make([]error, len(spans))
 	var wg sync.WaitGroup
-	for _, s := range spans {
+	for i, s := range spans {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if r.cache == nil {
-				s.block, s.err = r.b.GetRange(r.ctx, r.loc.chunkKey(s.c.Hash), s.from, int64(len(s.dst)))
-				s.from = 0
+				data, err := r.b.GetRange(r.ctx, r.loc.chunkKey(s.c.Hash), s.in, int64(len(s.dst)))
+				copy(s.dst, data)
+				errs[i] = err
 				return
 			}
-			s.block, s.err = r.cache.get(r.ctx, r.b, r.loc, s.c, s.k)
+			first, last := s.in/blockSize, (s.in+int64(len(s.dst))-1)/blockSize
+			bls, err := r.cache.run(r.ctx, r.b, r.loc, s.c, first, last-first+1)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			dst, from := s.dst, s.in-first*blockSize
+			for _, bl := range bls {
+				n := copy(dst, bl[from:])
+				dst, from = dst[n:], 0
+			}
 		}()
 	}
 	wg.Wait()
-	for _, s := range spans {
-		if s.err != nil {
-			return 0, s.err
+	for _, err := range errs {
+		if err != nil {
+			return 0, err
 		}
-		copy(s.dst, s.block[s.from:])
 	}
 	return len(p), nil
 }

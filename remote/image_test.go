@@ -118,6 +118,23 @@ func TestImageThroughTheBucket(t *testing.T) {
 	if _, recv, req := b.Moved(); req-req0 != int64(spanned) || recv-recv0 != n {
 		t.Errorf("%d bytes over %d chunks read directly took %d requests, %d bytes", n, spanned, req-req0, recv-recv0)
 	}
+	// Through a cache, a long read (CRIU's background copy asks for up
+	// to 4 MiB) is also one request for each chunk it spans, not one for
+	// each block, and leaves its blocks for the reads after it.
+	fresh, err := OpenImageFile(ctx, b, loc, m, "pages-1.img", NewBlockCache(64<<20))
+	must(t, err)
+	_, _, req0 = b.Moved()
+	if _, err := fresh.ReadAt(long, off); err != nil || !bytes.Equal(long, pages[off:off+n]) {
+		t.Fatalf("cached ReadAt(%d, %d): %v, or other bytes", n, off, err)
+	}
+	for at := off; at < off+n; at += 64 << 10 {
+		if _, err := fresh.ReadAt(page, at); err != nil || !bytes.Equal(page, pages[at:at+4096]) {
+			t.Fatalf("cached ReadAt(4096, %d) after the long read: %v, or other bytes", at, err)
+		}
+	}
+	if _, _, req := b.Moved(); req-req0 != int64(spanned) {
+		t.Errorf("%d bytes over %d chunks, then pages in them, read through a cache took %d requests", n, spanned, req-req0)
+	}
 	// Another reader of a range read before costs no request.
 	_, _, before := b.Moved()
 	rd, err := OpenImageFile(ctx, b, loc, m, "pages-1.img", cache)
