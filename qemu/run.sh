@@ -59,9 +59,8 @@ fi
 echo "qemu-test: booting $kernel under $accel" >&2
 # The checkpoint benchmark's 1 GiB process needs room for itself, its
 # image (on the guest's tmpfs) and a restored copy; the remote one's lazy
-# restore from the bucket also for the page server's block cache and the
-# local image beside the clone (in 3.5 GiB, with a 256 MiB cache, the OOM
-# killer took the clone).
+# restore from the bucket also for the page server's block cache beside
+# the clone and the local image (at its lowest, 2.7 GiB of 3.9 were left).
 # The debug kernel's KASAN shadow and quarantine cost the checkpoint
 # tests' two 256 MB subjects their room: in 1 GiB the OOM killer took them.
 mem=1024
