@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // The help reads like a manual page: every command says what it does at
@@ -77,11 +79,37 @@ func TestOutsideAMount(t *testing.T) {
 		{"beam", "-c", "true", "--expand", "true", dir}, {"checkpoint", "x", dir, "1"},
 		{"restore", "x", dir},
 	} {
-		root := newRoot()
+		root := newRootFor(args) // as main makes it
 		root.SetArgs(args)
 		err := root.Execute()
 		if want := dir + " is not inside a branchfs mount"; err == nil || !strings.HasSuffix(err.Error(), want) {
 			t.Errorf("branchfs %s: %v, want an error ending in %q", strings.Join(args, " "), err, want)
 		}
+	}
+}
+
+// The names main looks commands up by are the commands' own, and each
+// command made alone says in its help what it says among all the others.
+func TestCommandNames(t *testing.T) {
+	all := newRoot()
+	for _, c := range commands {
+		if got := c.make().Name(); got != c.name {
+			t.Errorf("commands lists %s as %q", got, c.name)
+		}
+		help := func(root *cobra.Command) string {
+			var out bytes.Buffer
+			root.SetOut(&out)
+			root.SetArgs([]string{c.name, "--help"})
+			if err := root.Execute(); err != nil {
+				t.Fatal(err)
+			}
+			return out.String()
+		}
+		if alone, among := help(newRootFor([]string{c.name})), help(all); alone != among {
+			t.Errorf("branchfs %s --help made alone:\n%s\namong the others:\n%s", c.name, alone, among)
+		}
+	}
+	if n := len(newRootFor([]string{"create"}).Commands()); n != 1 {
+		t.Errorf("the root for create has %d commands", n)
 	}
 }

@@ -22,11 +22,12 @@ const (
 )
 
 func main() {
-	root := newRoot()
+	args := joinPassthroughValue(os.Args[1:])
+	root := newRootFor(args)
 	// What a killed `branchfs run` left (processes, cgroups, branches) is
 	// ended by the next branchfs command.
 	root.PersistentPreRun = func(*cobra.Command, []string) { explore.Reap() }
-	root.SetArgs(joinPassthroughValue(os.Args[1:]))
+	root.SetArgs(args)
 	err := root.Execute()
 	explore.Shutdown() // the janitor of runs, if this command started any
 	if err != nil {
@@ -42,7 +43,38 @@ func main() {
 	}
 }
 
-func newRoot() *cobra.Command {
+// commands are branchfs's commands in the order of its help, with their
+// names (TestCommandNames checks them against the commands' own).
+var commands = []struct {
+	name, group string
+	make        func() *cobra.Command
+}{
+	{"mount", "branches", mountCmd}, {"unmount", "branches", unmountCmd}, {"create", "branches", createCmd},
+	{"commit", "branches", commitCmd}, {"abort", "branches", abortCmd}, {"list", "branches", listCmd},
+	{"diff", "branches", diffCmd}, {"push", "branches", pushCmd}, {"pull", "branches", pullCmd},
+	{"run", "runs", runCmd}, {"checkpoint", "runs", checkpointCmd}, {"restore", "runs", restoreCmd},
+	{"speculate", "runs", speculateCmd}, {"best-of-n", "runs", bestOfNCmd}, {"reflexion", "runs", reflexionCmd},
+	{"tree", "runs", treeCmd}, {"beam", "runs", beamCmd}, {"tournament", "runs", tournamentCmd},
+	{"cascaded", "runs", cascadedCmd},
+}
+
+// newRoot is the root command with every command below it.
+func newRoot() *cobra.Command { return newRootFor(nil) }
+
+// newRootFor is the root command for running args: with only the command
+// args name, if they name one, since a process runs one command, and
+// making all of them (their flags, defaults and help) was a twentieth of
+// the time of a `branchfs create`. Anything else (help, completion, a
+// mistyped name that cobra suggests a command for) gets them all.
+func newRootFor(args []string) *cobra.Command {
+	only := ""
+	if len(args) > 0 {
+		for _, c := range commands {
+			if c.name == args[0] {
+				only = c.name
+			}
+		}
+	}
 	root := &cobra.Command{
 		Use:   "branchfs",
 		Short: "Copy-on-write branches of a directory, committed atomically",
@@ -79,14 +111,12 @@ SHELL COMPLETION
 		SilenceErrors: true,
 	}
 	root.AddGroup(&cobra.Group{ID: "branches", Title: "Branches:"}, &cobra.Group{ID: "runs", Title: "Processes in branches:"})
-	for _, c := range []*cobra.Command{mountCmd(), unmountCmd(), createCmd(), commitCmd(), abortCmd(), listCmd(), diffCmd(), pushCmd(), pullCmd()} {
-		c.GroupID = "branches"
-		root.AddCommand(c)
-	}
-	for _, c := range []*cobra.Command{runCmd(), checkpointCmd(), restoreCmd(), speculateCmd(), bestOfNCmd(), reflexionCmd(),
-		treeCmd(), beamCmd(), tournamentCmd(), cascadedCmd()} {
-		c.GroupID = "runs"
-		root.AddCommand(c)
+	for _, c := range commands {
+		if only == "" || c.name == only {
+			cmd := c.make()
+			cmd.GroupID = c.group
+			root.AddCommand(cmd)
+		}
 	}
 	addStoreFlag(root)
 	for _, c := range root.Commands() {
