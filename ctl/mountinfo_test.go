@@ -50,3 +50,24 @@ func TestEnclosingMount(t *testing.T) {
 		t.Fatalf("%s: %+v %v", wd, m, err)
 	}
 }
+
+// readProc reads a file whole however its size compares with its first
+// buffer, and says which file it could not open.
+func TestReadProcWhole(t *testing.T) {
+	for _, size := range []int{0, 100, 16 << 10, 40<<10 + 7} {
+		want := make([]byte, size)
+		for i := range want {
+			want[i] = byte('a' + i%26)
+		}
+		path := t.TempDir() + "/f"
+		if err := os.WriteFile(path, want, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := readProc(path); err != nil || string(got) != string(want) {
+			t.Errorf("%d bytes: read %d, %v", size, len(got), err)
+		}
+	}
+	if _, err := readProc("/proc/self/no-such-file"); !os.IsNotExist(err) {
+		t.Errorf("a missing file: %v", err)
+	}
+}
