@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -188,5 +189,19 @@ func TestAddDataFile(t *testing.T) {
 	}
 	if _, err := AddDataFile(filepath.Join(s.Dir(), "nothing"), "x", nil); err == nil {
 		t.Error("AddDataFile into a missing entry succeeded")
+	}
+}
+
+// An area's name is a lowercase letter, then up to 63 lowercase letters,
+// digits and dashes.
+func TestAreaNames(t *testing.T) {
+	for area, ok := range map[string]bool{
+		"images": true, "a": true, "a-1": true, "z" + strings.Repeat("9", 63): true,
+		"": false, "1a": false, "-a": false, "Images": false, "a_b": false, "a.b": false, "a/b": false,
+		"z" + strings.Repeat("9", 64): false, "é": false, "a\x00": false,
+	} {
+		if got := validArea(area); got != ok {
+			t.Errorf("validArea(%q) = %v, want %v", area, got, ok)
+		}
 	}
 }
