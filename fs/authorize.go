@@ -3,7 +3,6 @@ package fs
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"strconv"
@@ -74,43 +73,6 @@ func inSupplementaryGroup(c *fuse.Caller, gid uint32) bool {
 		}
 	}
 	return uidOK && member
-}
-
-// callerBufferPresent reports whether the n bytes at addr in the caller's
-// memory lie in private anonymous pages that are present and not
-// write-protected by a userfaultfd (bits 63, 61 and 57 of each page's
-// entry in /proc/PID/pagemap): callerBufferWritable then faults in
-// nothing. Elsewhere it may wait for any file system's I/O, a read of a
-// file of this very mount included, or for a userfaultfd's handler.
-// Reading pagemap faults in nothing.
-func callerBufferPresent(ctx context.Context, addr uint64, n int) bool {
-	c, ok := fuse.FromContext(ctx)
-	if !ok || c.Pid == 0 || n == 0 || addr == 0 {
-		return true // callerBufferWritable reaches no memory then
-	}
-	fd, err := unix.Open("/proc/"+strconv.FormatUint(uint64(c.Pid), 10)+"/pagemap", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(fd)
-	page := uint64(os.Getpagesize())
-	first, last := addr/page, (addr+uint64(n)-1)/page
-	if last-first >= 4 {
-		return false // not an ioctl's argument
-	}
-	var buf [8 * 4]byte
-	got, err := unix.Pread(fd, buf[:8*(last-first+1)], int64(first*8))
-	if err != nil || got != int(8*(last-first+1)) {
-		return false
-	}
-	const present, fileOrShared, uffdWP = 1 << 63, 1 << 61, 1 << 57
-	for i := 0; i < got; i += 8 {
-		e := binary.NativeEndian.Uint64(buf[i:])
-		if e&present == 0 || e&(fileOrShared|uffdWP) != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // callerBufferWritable checks that the caller's buffer of n bytes at addr

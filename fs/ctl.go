@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/branchfs/branchfs/branch"
@@ -79,29 +80,39 @@ func (n *Node) Ioctl(ctx context.Context, f gofs.FileHandle, cmd uint32, arg uin
 	return n.fsys.ioctl(ctx, n.view, cmd, arg, output)
 }
 
+// A ctlHandle holds the answer to its last command (resp), which a write
+// sets without a lock, since a write on the request loop's reader cannot
+// wait once its command has run. mu makes the first reads without one
+// run a single list between them.
 type ctlHandle struct {
 	ctl  *ctlNode
 	mu   lockcheck.Mutex[lockcheck.CtlAnswer]
-	resp []byte
+	resp atomic.Pointer[[]byte]
 }
 
 func (h *ctlHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	if !transport.OnReader(ctx) {
-		h.mu.Lock()
-	} else if !h.mu.TryLock() {
-		return nil, transport.OnWorker // another read runs the list
-	}
-	defer h.mu.Unlock()
-	if h.resp == nil {
-		var err error
-		if h.resp, err = h.ctl.fsys.command(ctx, h.ctl.view, ctl.CmdList); err != nil {
-			return nil, toErrno(err)
+	resp := h.resp.Load()
+	if resp == nil {
+		if transport.OnReader(ctx) {
+			return nil, transport.OnWorker // the list waits for the store's lock
 		}
+		h.mu.Lock()
+		if resp = h.resp.Load(); resp == nil {
+			list, err := h.ctl.fsys.command(ctx, h.ctl.view, ctl.CmdList)
+			if err != nil {
+				h.mu.Unlock()
+				return nil, toErrno(err)
+			}
+			resp = &list
+			h.resp.Store(resp)
+		}
+		h.mu.Unlock()
 	}
-	if off >= int64(len(h.resp)) {
+	r := *resp
+	if off >= int64(len(r)) {
 		return fuse.ReadResultData(nil), 0
 	}
-	return fuse.ReadResultData(h.resp[off:min(off+int64(len(dest)), int64(len(h.resp)))]), 0
+	return fuse.ReadResultData(r[off:min(off+int64(len(dest)), int64(len(r)))]), 0
 }
 
 func (h *ctlHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
@@ -109,9 +120,7 @@ func (h *ctlHandle) Write(ctx context.Context, data []byte, off int64) (uint32, 
 	if err != nil {
 		return 0, toErrno(err)
 	}
-	h.mu.Lock()
-	h.resp = resp
-	h.mu.Unlock()
+	h.resp.Store(&resp)
 	return uint32(len(data)), 0
 }
 
@@ -125,19 +134,20 @@ func (f *FS) ioctl(ctx context.Context, v *branch.View, cmd uint32, arg uint64, 
 	default:
 		return 0, syscall.ENOTTY
 	}
+	wait := !transport.OnReader(ctx)
+	if cmd == ctl.FS_IOC_BRANCH_CREATE && !wait {
+		// The kernel copies the name out after the reply; a buffer it
+		// cannot write to must fail before the branch exists. Reaching
+		// into the caller's memory, or only taking its lock, may wait
+		// for a fault in a page of a file of this very mount, which the
+		// reader would never answer: that is left to a worker.
+		return 0, transport.OnWorker
+	}
 	if err := f.authorize(ctx); err != nil {
 		return 0, toErrno(err)
 	}
-	wait := !transport.OnReader(ctx)
 	switch cmd {
 	case ctl.FS_IOC_BRANCH_CREATE:
-		// The kernel copies the name out after the reply; a buffer it
-		// cannot write to must fail before the branch exists. Reaching
-		// into the caller's memory may fault pages in, which may wait
-		// for anything, this mount's reader included.
-		if !wait && !callerBufferPresent(ctx, arg, len(output)) {
-			return 0, transport.OnWorker
-		}
 		if errno := callerBufferWritable(ctx, arg, len(output)); errno != 0 {
 			return 0, errno
 		}
@@ -238,10 +248,9 @@ func (f *FS) limit(v *branch.View, arg string) error {
 // fail with branch.ErrWouldWait, having done nothing, rather than wait
 // for the store's lock (as settling a kernel-path run's hold would).
 func (f *FS) create(v *branch.View, name string, wait bool) (string, error) {
-	if !wait && f.holding(v.Name()) {
+	if !f.settleHoldOrRefuse(v.Name(), wait) {
 		return "", branch.ErrWouldWait
 	}
-	f.settleHold(v.Name())
 	if f.passWriting(v) {
 		// Those writes would reach the view's files under the new branch.
 		return "", fmt.Errorf("files are open for writing with passthrough in %s: %w", v.Name(), syscall.EBUSY)
@@ -268,7 +277,10 @@ func (f *FS) create(v *branch.View, name string, wait bool) (string, error) {
 // shows the branches (Options.ListBranches).
 func (f *FS) branchesChanged() {
 	if f.opts.ListBranches {
-		f.root.NotifyContent(0, 0)
+		// The kernel drops the cached listing page by page, waiting for
+		// each page's lock, which a getdents copying into a buffer that
+		// faults in a page of this mount may hold.
+		f.loop.ServeWhile(func() { f.root.NotifyContent(0, 0) })
 	}
 }
 
@@ -277,10 +289,9 @@ func (f *FS) commit(v *branch.View, wait bool) error {
 		// Those writes would go on reaching the committed files.
 		return fmt.Errorf("files are open for writing with passthrough in %s: %w", v.Name(), syscall.EBUSY)
 	}
-	if !wait && f.holding(v.Name()) {
+	if !f.settleHoldOrRefuse(v.Name(), wait) {
 		return branch.ErrWouldWait
 	}
-	f.settleHold(v.Name())
 	commit := f.store.Commit
 	if !wait {
 		commit = f.store.TryCommit

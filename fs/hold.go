@@ -111,12 +111,18 @@ func (h *holder) exited() bool {
 	return err == nil && n > 0
 }
 
-// holding reports whether a kernel-path run holds branch name, or held it
-// and is not released yet.
-func (f *FS) holding(name string) bool {
+// settleHoldOrRefuse is settleHold for a command that may wait (wait),
+// and otherwise reports false while branch name has a hold at all: a
+// command that must not wait cannot release one (it takes the store's
+// lock). A hold made after the check is refused by the store (ErrBusy).
+func (f *FS) settleHoldOrRefuse(name string, wait bool) bool {
+	if wait {
+		f.settleHold(name)
+		return true
+	}
 	f.holdMu.Lock()
 	defer f.holdMu.Unlock()
-	return f.holds[name] != nil
+	return f.holds[name] == nil
 }
 
 // settleHold releases the hold of branch name now if its process has

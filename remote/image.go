@@ -312,10 +312,9 @@ func (r *RangeReader) ReadAt(p []byte, off int64) (int, error) {
 	// One span for each chunk the read covers, read at once: by one
 	// request, or through the cache.
 	type span struct {
-		c    Chunk
-		in   int64 // where dst starts in the chunk
-		dst  []byte
-		read func() error
+		c   Chunk
+		in  int64 // where dst starts in the chunk
+		dst []byte
 	}
 	var spans []*span
 	for at, rest := off, p; len(rest) > 0; {
