@@ -13,6 +13,7 @@ import (
 
 	"github.com/branchfs/branchfs/branch"
 	"github.com/branchfs/branchfs/explore"
+	"github.com/branchfs/branchfs/internal/phase"
 )
 
 // Tiers of a checkpoint's memory.
@@ -166,7 +167,9 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (ImageMeta, error)
 			return fail(err)
 		}
 	}
+	phase.Mark("criu starts")
 	out, err := cmd.CombinedOutput()
+	phase.Mark("criu exited")
 	watched(err == nil)
 	if !o.LeaveRunning {
 		syscall.Kill(root, syscall.SIGKILL) // the run ends with it
@@ -198,11 +201,13 @@ func Checkpoint(m *explore.Mount, name string, o DumpOptions) (ImageMeta, error)
 		}
 	}
 	meta.Pages = countPages(staged)
+	phase.Mark("pages counted")
 	// The log is kept with the image, under a name CRIU does not read.
 	meta, err = publishImage(m, staged, meta)
 	if err != nil {
 		return fail(err)
 	}
+	phase.Mark("image published")
 	return meta, nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/branchfs/branchfs/branch"
 	"github.com/branchfs/branchfs/explore"
+	"github.com/branchfs/branchfs/internal/phase"
 	"golang.org/x/sys/unix"
 )
 
@@ -127,6 +128,7 @@ func publishImage(m *explore.Mount, staged string, meta ImageMeta) (ImageMeta, e
 	if err := syncFile(filepath.Join(staged, imageMetaName)); err != nil {
 		return meta, err
 	}
+	phase.Mark("image files synced")
 	meta.Gen, err = m.Publish(meta.Branch, ImagesArea, staged)
 	return meta, err
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/branchfs/branchfs/branch"
 	"github.com/branchfs/branchfs/checkpoint"
+	"github.com/branchfs/branchfs/internal/phase"
 	"golang.org/x/sys/unix"
 )
 
@@ -113,6 +114,7 @@ func Push(ctx context.Context, b *Bucket, loc Location, src Source, o Options) (
 	if err != nil {
 		return nil, nil, err
 	}
+	phase.Mark("push: views opened, metadata read")
 	var images []os.DirEntry
 	if src.Image != nil {
 		if src.Image.Meta.Parent != 0 {
@@ -143,6 +145,7 @@ func Push(ctx context.Context, b *Bucket, loc Location, src Source, o Options) (
 	var up *uploader
 	if src.Stream != nil {
 		src.Stream.stop()
+		phase.Mark("push: the stream's watch ended")
 		up = src.Stream.up
 	} else {
 		up = newUploader(ctx, b, loc, o.jobs())
@@ -152,6 +155,7 @@ func Push(ctx context.Context, b *Bucket, loc Location, src Source, o Options) (
 	if err := up.knowManifest(ctx); err != nil {
 		return nil, nil, err
 	}
+	phase.Mark("push: manifest known")
 	err = parallel(up.ctx, len(m.Entries), o.jobs(), func(ctx context.Context, i int) error {
 		e := &m.Entries[i]
 		if e.Type != "file" {
@@ -167,6 +171,7 @@ func Push(ctx context.Context, b *Bucket, loc Location, src Source, o Options) (
 			}
 		}
 	})
+	phase.Mark("push: %d entries read", len(m.Entries))
 	if err == nil && len(images) > 0 {
 		err = parallel(up.ctx, len(images), o.jobs(), func(ctx context.Context, i int) error {
 			f, err := os.Open(filepath.Join(src.Image.Dir, images[i].Name()))
@@ -183,6 +188,7 @@ func Push(ctx context.Context, b *Bucket, loc Location, src Source, o Options) (
 				if sf, ok := src.Stream.file(images[i].Name(), &st); ok {
 					*im = sf
 					bar.add(sf.Size)
+					phase.Mark("push: %s taken from the stream", sf.Name)
 					return nil
 				}
 			}
@@ -191,15 +197,18 @@ func Push(ctx context.Context, b *Bucket, loc Location, src Source, o Options) (
 			if err != nil {
 				return fmt.Errorf("reading %s: %w", f.Name(), err)
 			}
+			phase.Mark("push: %s read (%d bytes)", im.Name, im.Size)
 			return nil
 		})
 	}
 	if src.Stream != nil {
 		src.Stream.close()
 	}
+	phase.Mark("push: image files read")
 	if werr := up.wait(); err == nil {
 		err = werr
 	}
+	phase.Mark("push: uploads done (%d stored)", up.stored.Load())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -219,6 +228,7 @@ func Push(ctx context.Context, b *Bucket, loc Location, src Source, o Options) (
 	if err := b.Put(ctx, loc.Key, data); err != nil {
 		return nil, nil, err
 	}
+	phase.Mark("push: manifest stored")
 	sent, recv, req := b.Moved()
 	st.Sent, st.Received, st.Requests = sent-sent0, recv-recv0, req-req0
 	return m, st, nil
@@ -378,9 +388,11 @@ func (u *uploader) put(hash string, data []byte) error {
 	if ok && size == int64(len(data)) {
 		return nil
 	}
+	phase.Mark("chunk %.12s (%d bytes): absent", hash, len(data))
 	if err := u.b.Put(u.ctx, key, data); err != nil {
 		return err
 	}
+	phase.Mark("chunk %.12s stored", hash)
 	u.stored.Add(1)
 	return nil
 }

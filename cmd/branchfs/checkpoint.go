@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/branchfs/branchfs/checkpoint"
+	"github.com/branchfs/branchfs/internal/phase"
 	"github.com/branchfs/branchfs/remote"
 	"github.com/spf13/cobra"
 )
@@ -69,6 +70,7 @@ checkpoint (not --incremental).` + remoteEnv,
 				if dest, err = openRemote(context.Background(), to, name); err != nil {
 					return fmt.Errorf("checkpoint %s: %w", name, err)
 				}
+				phase.Mark("bucket connected")
 				// The image's files go up as CRIU closes each; the push
 				// after the dump sends the rest and the manifest.
 				stream = remote.NewImageStream(dest.ctx, dest.b, dest.loc, remote.Options{Progress: terminal()})
@@ -86,6 +88,7 @@ checkpoint (not --incremental).` + remoteEnv,
 			}
 			var pushed *remote.Stats
 			if dest != nil {
+				phase.Mark("push begins")
 				if pushed, err = dest.push(m.View(name), name, stream, remote.Options{Progress: terminal()}); err != nil {
 					return fmt.Errorf("checkpoint %s: kept here, but the push to %s failed: %w (%s is as it was)", name, dest.loc, err, dest.loc)
 				}
@@ -93,6 +96,7 @@ checkpoint (not --incremental).` + remoteEnv,
 					fmt.Printf("pushed %s with checkpoint %d to %s: %s, sent %s\n", name, meta.Gen, dest.loc, remote.BytesOf(pushed.Bytes), remote.BytesOf(pushed.Sent))
 				}
 			}
+			phase.Mark("done")
 			if asJSON {
 				return json.NewEncoder(os.Stdout).Encode(meta)
 			}

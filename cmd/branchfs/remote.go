@@ -14,6 +14,7 @@ import (
 	"github.com/branchfs/branchfs/checkpoint"
 	"github.com/branchfs/branchfs/ctl"
 	"github.com/branchfs/branchfs/explore"
+	"github.com/branchfs/branchfs/internal/phase"
 	"github.com/branchfs/branchfs/remote"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -121,12 +122,15 @@ func (d *remoteDest) push(view, name string, stream *remote.ImageStream, o remot
 	if err := json.Unmarshal(data, &src.Items); err != nil {
 		return nil, err
 	}
+	phase.Mark("delta read: %d items", len(src.Items))
 	if src.Parent, src.ParentView, err = parentOf(view, name); err != nil {
 		return nil, err
 	}
+	phase.Mark("parent found")
 	if src.Image, err = pushableImage(filepath.Dir(view), name); err != nil {
 		return nil, err
 	}
+	phase.Mark("image found")
 	_, st, err := remote.Push(d.ctx, d.b, d.loc, src, o)
 	return st, err
 }
