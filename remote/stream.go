@@ -7,6 +7,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/branchfs/branchfs/internal/phase"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,6 +26,9 @@ type ImageStream struct {
 	ino  *os.File // the inotify descriptor, read by watch
 	dir  int      // O_PATH descriptor of the directory: it is renamed when published
 	done chan struct{}
+	// Files being read, waited for by stop; slots bounds them.
+	reading sync.WaitGroup
+	slots   chan struct{}
 	// aborted: Abort ran (it may run after Push closed the stream).
 	aborted bool
 
@@ -51,10 +55,15 @@ func idOf(st *unix.Stat_t) fileID {
 	return fileID{int64(st.Ino), st.Size, st.Mtim, st.Ctim}
 }
 
+// streamFiles is how many files a stream reads at once: as many as a
+// dump's memory files closed together want, each with a chunker's buffer
+// and its chunks in flight (the requests are the uploader's to bound).
+const streamFiles = 4
+
 // NewImageStream readies a stream into the bucket at loc; Watch starts it.
 func NewImageStream(ctx context.Context, b *Bucket, loc Location, o Options) *ImageStream {
 	s := &ImageStream{up: newUploader(ctx, b, loc, o.jobs()), bar: newProgress(o.Progress, "upload checkpoint"),
-		dir: -1, files: map[string]streamed{}}
+		dir: -1, slots: make(chan struct{}, streamFiles), files: map[string]streamed{}}
 	s.sent0, s.recv0, s.req0 = b.Moved()
 	return s
 }
@@ -93,7 +102,7 @@ func (s *ImageStream) Watch(dir string) (func(dumped bool), error) {
 	}, nil
 }
 
-// stop ends the watch and waits for the file it is reading.
+// stop ends the watch and waits for the files it is reading.
 func (s *ImageStream) stop() {
 	if s.ino != nil {
 		s.ino.Close()
@@ -102,10 +111,15 @@ func (s *ImageStream) stop() {
 	}
 }
 
-// watch reads the events and uploads each file named, one at a time (a
-// file's chunks go in parallel).
+// watch reads the events and uploads each file named, several at a time:
+// a file is read and hashed as soon as it is closed, not after the one
+// before it is up. (One at a time, a dump's second memory file, closed
+// last, waited for the first to be read and was read by the push after
+// the dump instead: in the guest, 1.4 s of the 3.1 s from CRIU's exit to
+// the manifest.)
 func (s *ImageStream) watch() {
 	defer close(s.done)
+	defer s.reading.Wait()
 	// The chunks the manifest there names are in the bucket: no upload
 	// asks about them. (Here, not before the dump, which waits for no
 	// request; Push reads the set once the watch is over.)
@@ -113,6 +127,7 @@ func (s *ImageStream) watch() {
 		s.up.cancel(err)
 		return
 	}
+	phase.Mark("stream: manifest known")
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := s.ino.Read(buf)
@@ -128,7 +143,12 @@ func (s *ImageStream) watch() {
 			}
 			// An error here is the upload's (it cancels the stream) or a
 			// file that went: the push reads what is left again.
-			s.upload(name)
+			s.slots <- struct{}{}
+			s.reading.Add(1)
+			go func() {
+				defer func() { <-s.slots; s.reading.Done() }()
+				s.upload(name)
+			}()
 		}
 	}
 }
@@ -147,7 +167,9 @@ func (s *ImageStream) upload(name string) {
 		return
 	}
 	s.bar.total.Add(before.Size)
+	phase.Mark("stream: %s closed (%d bytes)", name, before.Size)
 	chunks, sum, size, err := pushStream(s.up.ctx, f, s.up, s.bar)
+	phase.Mark("stream: %s read", name)
 	if err != nil || unix.Fstat(fd, &after) != nil || idOf(&after) != idOf(&before) || after.Size != size {
 		return
 	}

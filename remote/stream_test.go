@@ -129,3 +129,62 @@ func TestImageStreamFailedDump(t *testing.T) {
 		}
 	}
 }
+
+// The stream reads a file as soon as it is closed, not after the file
+// before it is up: here the first file's uploads are held by the proxy
+// (one request in flight, so reading it stops at its second chunk), and
+// a second one closed meanwhile, the child's copy of the same memory as
+// a dump's second memory file mostly is, is read all the same.
+func TestImageStreamReadsFilesAtOnce(t *testing.T) {
+	w := sharedWeed(t)
+	p := newProxy(t, strings.TrimPrefix(w.Endpoint, "http://"))
+	bucket := w.bucket(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", testKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", testSecret)
+	t.Setenv("AWS_ENDPOINT_URL", p.Endpoint())
+	t.Setenv("AWS_REGION", "us-east-1")
+	t.Setenv("AWS_CONFIG_FILE", "/nonexistent")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+	ctx := context.Background()
+	b, err := Connect(ctx, bucket)
+	must(t, err)
+	loc := Location{bucket, "ck/job"}
+	staged := t.TempDir()
+	s := NewImageStream(ctx, b, loc, Options{Jobs: 1})
+	defer s.Abort()
+	_, err = s.Watch(staged)
+	must(t, err)
+	// (The deadlines only bound a failure.)
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
+			if err := s.up.ctx.Err(); err != nil {
+				t.Fatalf("the stream stopped: %v", context.Cause(s.up.ctx))
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a minute passed, and %s", what)
+			}
+		}
+	}
+	// A first small file goes up whole: the stream has read the bucket's
+	// manifest, and nothing is left in flight.
+	must(t, os.WriteFile(filepath.Join(staged, "inventory.img"), []byte("first"), 0o600))
+	waitFor("inventory.img is not up", func() bool { return s.Streamed() == 1 })
+	s.up.wg.Wait()
+	p.holdAfter(0)
+	// More than two chunks: the second waits for the first's request.
+	pages := randomBytes(3*maxChunk, 21)
+	must(t, os.WriteFile(filepath.Join(staged, "pages-1.img"), pages, 0o600))
+	must(t, os.WriteFile(filepath.Join(staged, "pages-2.img"), pages[:cut(pages)], 0o600))
+	has := func(name string) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.files[name]
+		return ok
+	}
+	waitFor("pages-2.img was not read while pages-1.img's upload was held", func() bool { return has("pages-2.img") })
+	if has("pages-1.img") {
+		t.Fatal("pages-1.img was read whole though its upload is held")
+	}
+	p.drop()
+}
