@@ -57,12 +57,13 @@ import (
 // each wake costing tens of µs on a small VM, and kept sysmon busy: 60% of
 // the daemon's CPU during git status.
 //
-// A Loop has one reader. It waits in ppoll(2) made as a raw system
-// call, which the runtime does not see: the goroutine keeps its P, nothing
-// is handed off and no other thread wakes; the kernel wakes the reader,
-// which answers and waits again, as a single-threaded C daemon does.
-// Requests that may take long (a copy-up, an fsync) are answered on
-// goroutines of their own, so that they hold up no other request.
+// A Loop has one reader at a time. It waits in ppoll(2) made as a raw
+// system call, which the runtime does not see: the goroutine keeps its P,
+// nothing is handed off and no other thread wakes; the kernel wakes the
+// reader, which answers and waits again, as a single-threaded C daemon
+// does. A request that may take long (a copy-up, an fsync) is answered
+// by the goroutine that read it, after it has made another the reader
+// (lead), so that it holds up no other request.
 //
 // The runtime still has to be able to stop the reader, to collect garbage
 // or to preempt it: it does so with a signal, which ends ppoll with EINTR
@@ -83,8 +84,13 @@ type Loop struct {
 	bufMu   lockcheck.Mutex[lockcheck.LoopBufs]
 	bufs    []*loopBuf // free buffers
 
+	// The requests being answered off the reader; the reader's turn, for
+	// a worker waiting for it (unbuffered: taken only by one waiting);
+	// closed by the reader that finds the file system unmounted; closed
+	// when Serve has answered its last request.
 	workers sync.WaitGroup
-	work    chan job // to an idle worker (unbuffered: taken only by one waiting)
+	turn    chan struct{}
+	ended   chan struct{}
 	done    chan struct{}
 
 	// The request Serve's reader is answering (0 when none), for
@@ -124,7 +130,7 @@ func NewLoop(fd int, raw fuse.RawFileSystem, mo fuse.MountOptions) (*Loop, error
 	// itself to raw.Init: the nodes send notifications and register
 	// passthrough files through it. Its Serve is never called.
 	mo.DirectMount = false // the /dev/fd/N mount point is not to be mounted
-	l := &Loop{fd: fd, done: make(chan struct{}), work: make(chan job),
+	l := &Loop{fd: fd, done: make(chan struct{}), turn: make(chan struct{}), ended: make(chan struct{}),
 		bufSize: mo.MaxWrite + os.Getpagesize()} // headers and argument structures fit in a page
 	raw = &readerCalls{raw, l}
 	srv, err := fuse.NewServer(raw, fmt.Sprintf("/dev/fd/%d", fd), &mo)
@@ -151,6 +157,29 @@ func NewLoop(fd int, raw fuse.RawFileSystem, mo fuse.MountOptions) (*Loop, error
 // Serve answers requests until the file system is unmounted.
 func (l *Loop) Serve() {
 	defer close(l.done)
+	l.lead()
+	<-l.ended
+	l.workers.Wait()
+	l.raw.OnUnmount()
+}
+
+// workerIdle is how long a worker waits for its next turn as the reader
+// before it ends.
+const workerIdle = 5 * time.Second
+
+// lead is the reader: it reads requests and answers them until one must
+// be answered off the reader (toWorker, OnWorker). It then hands the
+// reading on to a worker (handOn) and answers that request itself, at
+// once and on the CPU that read it, while the next reader wakes on
+// another: handed to a worker to answer, the request waited for that
+// wake-up, about 100 µs on this VM. Then it is a worker waiting for its
+// turn to read again. It returns once the file system is unmounted, or
+// when it has waited workerIdle in vain. A goroutine kept for the next
+// turn keeps the stack the last request grew; a new one per request grew
+// and copied its stack each time through go-fuse, fs and branch.
+func (l *Loop) lead() {
+	idle := time.NewTimer(workerIdle)
+	idle.Stop()
 	b := l.getBuf()
 	for {
 		n, err := l.read(b.in)
@@ -161,53 +190,38 @@ func (l *Loop) Serve() {
 			if err != unix.ENODEV {
 				log.Printf("reading requests: %v", err)
 			}
-			break
+			l.putBuf(b)
+			close(l.ended)
+			return
 		}
 		if !l.toWorker(b.in[:n]) && l.answer(b, n, true) {
 			continue
 		}
 		l.workers.Add(1)
-		select {
-		case l.work <- job{b, n}: // an idle worker takes it
-		default:
-			go l.worker(job{b, n})
-		}
-		b = l.getBuf()
-	}
-	l.workers.Wait()
-	l.raw.OnUnmount()
-}
-
-// A job is a request read into its buffer, for a worker.
-type job struct {
-	b *loopBuf
-	n int
-}
-
-// workerIdle is how long a worker waits for another request before it
-// ends.
-const workerIdle = 5 * time.Second
-
-// worker answers r, then whatever requests Serve hands it while it waits.
-// A goroutine kept for the next request keeps the stack the last one grew;
-// a new one per request grew and copied its stack each time through
-// go-fuse, fs and branch (1.2% of the daemon's samples during an
-// extraction, whose directories' SETATTRs each go to a worker).
-func (l *Loop) worker(r job) {
-	idle := time.NewTimer(workerIdle)
-	defer idle.Stop()
-	for {
-		l.answer(r.b, r.n, false)
-		l.putBuf(r.b)
+		l.handOn()
+		l.answer(b, n, false)
+		l.putBuf(b)
 		l.workers.Done()
 		idle.Reset(workerIdle)
 		select {
-		case r = <-l.work:
+		case <-l.turn:
+			idle.Stop()
 		case <-idle.C:
 			return
-		case <-l.done:
+		case <-l.ended:
 			return
 		}
+		b = l.getBuf()
+	}
+}
+
+// handOn makes another goroutine the reader: a worker waiting for its
+// turn, or a new one.
+func (l *Loop) handOn() {
+	select {
+	case l.turn <- struct{}{}:
+	default:
+		go l.lead()
 	}
 }
 
