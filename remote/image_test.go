@@ -18,15 +18,8 @@ import (
 func TestImageThroughTheBucket(t *testing.T) {
 	w := sharedWeed(t)
 	bucket := w.bucket(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", testKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", testSecret)
-	t.Setenv("AWS_ENDPOINT_URL", w.Endpoint)
-	t.Setenv("AWS_REGION", "us-east-1")
-	t.Setenv("AWS_CONFIG_FILE", "/nonexistent")
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+	b := w.connect(t, bucket, w.Endpoint)
 	ctx := context.Background()
-	b, err := Connect(ctx, bucket)
-	must(t, err)
 
 	img := t.TempDir()
 	files := map[string][]byte{

@@ -201,6 +201,21 @@ func (w *weed) env(extra ...string) []string {
 		"AWS_CONFIG_FILE=/nonexistent", "AWS_SHARED_CREDENTIALS_FILE=/nonexistent"), extra...)
 }
 
+// connect reaches bucket through endpoint (the server's, or a proxy's)
+// from this test's own process, with the environment env gives commands.
+func (w *weed) connect(t testing.TB, bucket, endpoint string) *Bucket {
+	t.Helper()
+	for _, kv := range w.env() {
+		if k, v, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "AWS_") {
+			t.Setenv(k, v)
+		}
+	}
+	t.Setenv("AWS_ENDPOINT_URL", endpoint)
+	b, err := Connect(context.Background(), bucket)
+	must(t, err)
+	return b
+}
+
 // keys lists the keys in bucket under prefix.
 func (w *weed) keys(t testing.TB, bucket, prefix string) []string {
 	t.Helper()
