@@ -29,6 +29,7 @@ import (
 func (n *Node) controlInode(ctx context.Context, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	c := &ctlNode{fsys: n.fsys, view: n.view}
 	c.fillAttr(&out.Attr)
+	out.SetEntryTimeout(n.fsys.opts.Timeout)
 	ino, gen := uint64(ctl.ControlIno), n.StableAttr().Gen
 	return n.NewInode(ctx, c, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino, Gen: gen}), 0
 }

@@ -186,9 +186,9 @@ func Mount(mnt string, store *branch.Store, opts Options) (*FS, error) {
 	if opts.Passthrough == PassthroughOff {
 		mo.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
 	}
+	// The entries' timeouts are set per entry (Node.setEntry).
 	nodeFS := gofs.NewNodeFS(f.root, &gofs.Options{
 		MountOptions:    mo,
-		EntryTimeout:    &t,
 		AttrTimeout:     &t,
 		NegativeTimeout: &t,
 		RootStableAttr:  &gofs.StableAttr{Ino: ino, Gen: gen},

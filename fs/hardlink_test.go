@@ -287,3 +287,28 @@ func TestDirectoryLinkCounts(t *testing.T) {
 		t.Errorf("root of the inner branch: nlink %d, want %d", st.Nlink, 2+dirs)
 	}
 }
+
+// TestLinkRightAfterPassthroughRead links base files the moment a
+// passthrough read of each has closed, and requires the source's name to
+// show the link at once, as natively: two links, the link's inode. The
+// copy-up gives the name another inode (Node.bound), which the kernel must
+// find at the next walk, not once a drop sent after the reply comes in.
+func TestLinkRightAfterPassthroughRead(t *testing.T) {
+	m := newMount(t, "")
+	const files = 50
+	for i := 0; i < files; i++ {
+		writeFile(t, filepath.Join(m.base, "f"+strconv.Itoa(i)), "0123456789")
+	}
+	b := m.create("b")
+	for i := 0; i < files; i++ {
+		f, l := filepath.Join(b, "f"+strconv.Itoa(i)), filepath.Join(b, "l"+strconv.Itoa(i))
+		wantContent(t, f, "0123456789")
+		must(t, os.Link(f, l))
+		var sf, sl unix.Stat_t
+		must(t, unix.Stat(f, &sf))
+		must(t, unix.Stat(l, &sl))
+		if sf.Nlink != 2 || sf.Ino != sl.Ino {
+			t.Errorf("%s after the link: nlink %d, inode %d; the link's inode %d", f, sf.Nlink, sf.Ino, sl.Ino)
+		}
+	}
+}

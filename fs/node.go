@@ -103,7 +103,7 @@ func identity(v *branch.View, e *branch.Entry) fileID {
 func (n *Node) newChild(ctx context.Context, name string, e *branch.Entry, out *fuse.EntryOut) *gofs.Inode {
 	id := identity(n.view, e)
 	child := &Node{fsys: n.fsys, view: n.view, file: id, linked: linked(e)}
-	fillAttr(&out.Attr, &e.Stat)
+	n.fsys.setEntry(out, e)
 	in := n.NewInode(ctx, child, gofs.StableAttr{Mode: e.Stat.Mode & syscall.S_IFMT, Ino: id.ino, Gen: id.gen})
 	if in.Operations() == child {
 		n.fsys.nodeMade(child)
@@ -115,6 +115,22 @@ func (n *Node) newChild(ctx context.Context, name string, e *branch.Entry, out *
 		n.RmChild(name)
 	}
 	return in
+}
+
+// setEntry fills out for entry e: its attributes, and how long the kernel
+// may take the name for the inode without asking again. A file of a lower
+// layer that may be passed through gets no time at all: once a passthrough
+// open has bound its inode to it (Node.bound), its copy-up gives the name
+// another inode, which the kernel must find at the caller's next walk. The
+// drop that Node.replaced sends cannot reach the kernel before the reply
+// that caused it is in, and the caller's next call often came first.
+func (f *FS) setEntry(out *fuse.EntryOut, e *branch.Entry) {
+	fillAttr(&out.Attr, &e.Stat)
+	if e.Lower() && e.Stat.Mode&syscall.S_IFMT == syscall.S_IFREG && f.opts.Passthrough != PassthroughOff &&
+		e.Stat.Size >= f.opts.PassthroughMinSize {
+		return
+	}
+	out.SetEntryTimeout(f.opts.Timeout)
 }
 
 // linked reports a file with several names: a lower layer's show one name

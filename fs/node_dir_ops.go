@@ -81,7 +81,7 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	// it up, unless the source is bound to the file it copied
 	// (Node.adopt). Then the copy is another inode, which the source's
 	// name must show too: the kernel looks it up again.
-	fillAttr(&out.Attr, &e.Stat)
+	n.fsys.setEntry(out, e)
 	if src.adopt(e) {
 		return &src.Inode, 0
 	}

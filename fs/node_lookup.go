@@ -56,7 +56,7 @@ func (n *Node) lookupEntry(ctx context.Context, name string, out *fuse.EntryOut)
 func (n *Node) child(ctx context.Context, name string, e *branch.Entry, out *fuse.EntryOut) *gofs.Inode {
 	if c := n.GetChild(name); c != nil && c.StableAttr().Mode == e.Stat.Mode&syscall.S_IFMT {
 		if cn, ok := c.Operations().(*Node); ok && cn.adopt(e) {
-			fillAttr(&out.Attr, &e.Stat)
+			n.fsys.setEntry(out, e)
 			return c
 		}
 	}
@@ -81,7 +81,7 @@ func (n *Node) lookupBranch(ctx context.Context, name string, out *fuse.EntryOut
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	fillAttr(&out.Attr, &e.Stat)
+	n.fsys.setEntry(out, e)
 	// The kernel looks the name up again when its entry times out, or when
 	// a request answered ESTALE (Open after a passthrough read does). It
 	// must get the node it holds: a new one would have a node ID the
