@@ -15,7 +15,7 @@ import (
 // layer, and branchfs's own xattrs stay hidden.
 type File struct {
 	view  *View
-	fd    atomic.Int64 // the file read and changed; Detach replaces it
+	fd    atomic.Int64 // the file read and changed; Detaching.Attach replaces it
 	first int          // the descriptor opened, kept open until Close
 	write bool         // opened for writing
 	appnd bool         // O_APPEND: every write goes to the end
@@ -51,25 +51,47 @@ func (f *File) Close() error {
 	return unix.Close(f.first)
 }
 
-// Detach gives files, all open for reading on one file of a lower layer, a
-// copy of their own: an unnamed file (O_TMPFILE) in the view's top layer
-// with the file's data, mode, owner, times and xattrs, which they read and
-// change from then on. It is for a file whose name the view no longer
-// shows: a change through it must reach neither the lower layer nor any
-// name, while on a local filesystem the open file stays changeable. The
-// copy goes with the last of the files. Without O_TMPFILE on the top
-// layer's filesystem it fails with ESTALE, as the change did before.
-// Preconditions: the view is locked (View.Lock); nothing else reads or
-// changes the files' descriptors meanwhile but ReadAt, Stat and the like,
-// which read either file, of the same data.
-func (v *View) Detach(files []*File) error {
-	if len(files) == 0 {
-		return nil
+// Detaching is a copy of a lower layer's file for the Files open on it
+// once the view no longer shows its name: a change through them must reach
+// neither the lower layer nor any name, while on a local filesystem the
+// open file stays changeable. The copy is an unnamed file (O_TMPFILE) in
+// the view's top layer with the file's data, mode, owner, times and xattrs,
+// which the Files read and change from then on; it goes with the last of
+// them. It is made in three steps (BeginDetach, Copy, Attach), so that the
+// copy of a large file, the long one, needs none of the caller's locks
+// that keep the Files open: Copy reads a descriptor of its own.
+type Detaching struct {
+	view *View
+	src  int // the file copied, a descriptor of Detaching's own; -1 once copied
+	out  int // the copy; -1 until made and once attached
+}
+
+// BeginDetach starts a copy of the file f reads, open for reading on a
+// file of a lower layer.
+// Preconditions: f stays open for the call (the caller's lock keeps it
+// from Close), not after.
+func (v *View) BeginDetach(f *File) (*Detaching, error) {
+	src, err := unix.FcntlInt(uintptr(f.cur()), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
 	}
+	return &Detaching{view: v, src: src, out: -1}, nil
+}
+
+// Copy makes the copy. Without O_TMPFILE on the top layer's filesystem it
+// fails with ESTALE, as the change did before. Unnamed, the copy counts
+// for nothing, but must fit (quota.go): else ErrQuota.
+// Preconditions: the view is locked (View.Lock) from Copy through Attach
+// or Discard, so that no commit or child's creation comes between the copy
+// and its use; Copy is called once.
+func (d *Detaching) Copy() error {
+	src := d.src
+	d.src = -1
+	defer unix.Close(src)
+	v := d.view
 	if err := v.beginWrite(); err != nil {
 		return err
 	}
-	src := files[0].cur()
 	var st unix.Stat_t
 	if err := unix.Fstat(src, &st); err != nil {
 		return err
@@ -81,29 +103,53 @@ func (v *View) Detach(files []*File) error {
 	if err != nil {
 		return err
 	}
-	fds := []int{out}
-	// Unnamed, the copy counts for nothing, but must fit (quota.go).
 	err = v.grow(out, func(int64) int64 { return st.Size }, func() error { return fillCopy(src, out, &st, true) })
-	if err == nil {
-		for range files[1:] {
-			var fd int
-			if fd, err = unix.FcntlInt(uintptr(out), unix.F_DUPFD_CLOEXEC, 0); err != nil {
-				break
-			}
-			fds = append(fds, fd)
-		}
-	}
 	if err != nil {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
+		unix.Close(out)
 		return err
+	}
+	d.out = out
+	return nil
+}
+
+// Attach gives files the copy Copy made; they share it. Attached, d holds
+// nothing more.
+// Preconditions: Copy succeeded; files are open for reading on the file
+// BeginDetach was given, none of them attached yet, and nothing closes or
+// attaches them meanwhile (the caller's lock). ReadAt, Stat and the like
+// may run on them meanwhile: they read either file, of the same data.
+func (d *Detaching) Attach(files []*File) error {
+	if len(files) == 0 {
+		return nil
+	}
+	fds := []int{d.out}
+	for range files[1:] {
+		fd, err := unix.FcntlInt(uintptr(d.out), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			for _, fd := range fds[1:] {
+				unix.Close(fd)
+			}
+			return err
+		}
+		fds = append(fds, fd)
 	}
 	for i, f := range files {
 		f.fd.Store(int64(fds[i]))
 		f.top.Store(true)
 	}
+	d.out = -1
 	return nil
+}
+
+// Discard drops what d still holds: the copy, where another detach or a
+// file opened in the top layer won meanwhile, or after an error.
+func (d *Detaching) Discard() {
+	for _, fd := range []int{d.src, d.out} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	d.src, d.out = -1, -1
 }
 
 // change checks that a change through f may be made.

@@ -176,9 +176,8 @@ func TestDetach(t *testing.T) {
 	if f1.InTop() || f2.InTop() {
 		t.Fatal("a lower file opened for reading is in the top layer")
 	}
-	mustOK(t, v.Detach(nil))
 	mustOK(t, v.Unlink("f"))
-	mustOK(t, v.Detach([]*File{f1, f2}))
+	mustOK(t, detach(v, f1, f2))
 	if !f1.InTop() || !f2.InTop() {
 		t.Errorf("detached files not in the top layer: %v, %v", f1.InTop(), f2.InTop())
 	}
@@ -212,7 +211,94 @@ func TestDetach(t *testing.T) {
 	if _, err := s.Create("child", "b"); err != nil {
 		t.Fatal(err)
 	}
-	if err := v.Detach([]*File{g}); !errors.Is(err, ErrFrozen) || g.InTop() {
+	if err := detach(v, g); !errors.Is(err, ErrFrozen) || g.InTop() {
 		t.Errorf("detach in a view with a child: %v (in top %v), want ErrFrozen", err, g.InTop())
+	}
+}
+
+// detach gives files a copy of their own in its three steps, as one lock
+// holder would.
+func detach(v *View, files ...*File) error {
+	d, err := v.BeginDetach(files[0])
+	if err != nil {
+		return err
+	}
+	defer d.Discard()
+	if err := d.Copy(); err != nil {
+		return err
+	}
+	return d.Attach(files)
+}
+
+// The copy a detach makes reads a descriptor of its own: the file it
+// began with may be closed before the copy (a handle released meanwhile)
+// and the copy goes to the files left. A copy discarded, refused by a
+// limit, or attached and closed leaves no descriptor open.
+func TestDetachingOutlivesItsFile(t *testing.T) {
+	s, _, base := quotaStore(t, 2)
+	mustOK(t, os.WriteFile(filepath.Join(base, "d", "x"), []byte("x"), 0o644))
+	v, err := s.Create("b", MainName)
+	mustOK(t, err)
+	f1, _, err := v.Open("f", unix.O_RDONLY)
+	mustOK(t, err)
+	f2, _, err := v.Open("f", unix.O_RDONLY)
+	mustOK(t, err)
+	mustOK(t, v.Unlink("f"))
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		mustOK(t, err)
+		return len(ents)
+	}
+	before := fds() - 2 // without f1 and f2
+	d, err := v.BeginDetach(f1)
+	mustOK(t, err)
+	mustOK(t, f1.Close())
+	mustOK(t, d.Copy())
+	mustOK(t, d.Attach([]*File{f2}))
+	d.Discard() // attached: nothing left to drop
+	if !f2.InTop() {
+		t.Error("the file left is not in the top layer after the attach")
+	}
+	buf := make([]byte, 8)
+	if n, err := f2.ReadAt(buf, 0); string(buf[:max(n, 0)]) != "base" {
+		t.Errorf("the copy reads %q, %v; want base", buf[:max(n, 0)], err)
+	}
+	if _, err := f2.WriteAt([]byte("B"), 0); err != nil {
+		t.Errorf("a write to the copy: %v", err)
+	}
+	mustOK(t, f2.Close())
+	if n := fds(); n != before {
+		t.Errorf("%d descriptors open after the attached copy's file closed, want %d", n, before)
+	}
+	// big is three blocks and a byte: its copy does not fit the limit
+	// of two.
+	g, _, err := v.Open("big", unix.O_RDONLY)
+	mustOK(t, err)
+	mustOK(t, v.Unlink("big"))
+	d, err = v.BeginDetach(g)
+	mustOK(t, err)
+	if err := d.Copy(); !isQuota(err) || g.InTop() {
+		t.Errorf("a copy past the limit: %v (in top %v), want ErrQuota", err, g.InTop())
+	}
+	d.Discard()
+	// A copy another detach beat, discarded after the copy or before.
+	h, _, err := v.Open("d/x", unix.O_RDONLY)
+	mustOK(t, err)
+	mustOK(t, v.Unlink("d/x"))
+	d, err = v.BeginDetach(h)
+	mustOK(t, err)
+	mustOK(t, d.Copy())
+	d.Discard()
+	d, err = v.BeginDetach(h)
+	mustOK(t, err)
+	d.Discard()
+	if h.InTop() {
+		t.Error("a discarded copy was attached")
+	}
+	exact(t, s, "unnamed copies", "b")
+	mustOK(t, g.Close())
+	mustOK(t, h.Close())
+	if n := fds(); n != before {
+		t.Errorf("%d descriptors open after discarded detaches, want %d", n, before)
 	}
 }

@@ -30,7 +30,7 @@ import (
 // parent's delta again by a walk; a commit into main and an abort drop the
 // branch's count. A change that would take a count past its limit fails
 // with ErrQuota (EDQUOT) and changes nothing. A file with no name left (open
-// after its unlink, or a descriptor's private copy, View.Detach) counts for
+// after its unlink, or a descriptor's private copy, Detaching) counts for
 // nothing, but a write to it is refused when its whole size would not fit.
 
 // usage is what a counted branch's delta holds.

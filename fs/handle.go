@@ -171,32 +171,63 @@ func (n *Node) withTop(write bool, fn func(h *fileHandle) syscall.Errno) (syscal
 
 // withOrphan runs fn as withTop does, for n whose name is gone from the
 // view: if n's only open handles read a lower layer's file, they first get
-// a copy of it in the view's top layer (branch.View.Detach), so that a
+// a copy of it in the view's top layer (branch.Detaching), so that a
 // change through them reaches neither the lower layer nor a name, as a
 // change of an unlinked open file on a local filesystem reaches no name.
-// Without open handles it answers ESTALE.
-// Preconditions: the view is locked.
+// The copy is made without openMu, which requests on the request loop's
+// reader take (withTop): held for the copy of a large file, one of them
+// would hold up the whole mount. Two detaches at once both copy; the
+// first to finish gives its copy, the other discards its own. Without
+// open handles it answers ESTALE.
+// Preconditions: the view is locked; not on the request loop's reader.
 func (n *Node) withOrphan(write bool, fn func(h *fileHandle) syscall.Errno) syscall.Errno {
 	if errno, ok := n.withTop(write, fn); ok {
 		return errno
 	}
-	n.openMu.Lock()
-	if len(n.tops) == 0 && len(n.lowers) > 0 {
-		files := make([]*branch.File, len(n.lowers))
-		for i, h := range n.lowers {
-			files[i] = h.f
-		}
-		if err := n.view.Detach(files); err != nil {
-			n.openMu.Unlock()
-			return toErrno(err)
-		}
-		n.tops, n.lowers = n.lowers, nil
+	if errno := n.detach(); errno != 0 {
+		return errno
 	}
-	n.openMu.Unlock()
 	if errno, ok := n.withTop(write, fn); ok {
 		return errno
 	}
 	return syscall.ESTALE
+}
+
+// detach gives n's open handles on a lower layer's file a copy of their
+// own, unless n has handles on a file of the top layer by the time it is
+// made. Preconditions: the view is locked.
+func (n *Node) detach() syscall.Errno {
+	n.openMu.Lock()
+	if len(n.tops) > 0 || len(n.lowers) == 0 {
+		n.openMu.Unlock()
+		return 0
+	}
+	// The copy reads a descriptor of its own: Release may close the
+	// handle's meanwhile.
+	d, err := n.view.BeginDetach(n.lowers[0].f)
+	n.openMu.Unlock()
+	if err != nil {
+		return toErrno(err)
+	}
+	defer d.Discard()
+	err = d.Copy()
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	if len(n.tops) > 0 || len(n.lowers) == 0 {
+		return 0 // another detach won, or no handle is left to give it
+	}
+	if err != nil {
+		return toErrno(err)
+	}
+	files := make([]*branch.File, len(n.lowers))
+	for i, h := range n.lowers {
+		files[i] = h.f
+	}
+	if err := d.Attach(files); err != nil {
+		return toErrno(err)
+	}
+	n.tops, n.lowers = n.lowers, nil
+	return 0
 }
 
 // forgetTops stops n's open handles from answering for n's name: a commit
