@@ -2,9 +2,12 @@ package fs_test
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -561,4 +564,89 @@ func attrsOfOrphanedLowerFile(t *testing.T, passthrough string) {
 		t.Errorf("after commit, renamed-over = %q, want the branch's file", got)
 	}
 	wantMissing(t, filepath.Join(m.base, "unlinked"))
+}
+
+// TestOrphanCopyHoldsUpNoOtherRequest: the first change of attributes
+// through a descriptor of a large base file whose name the branch removed
+// copies the file for the descriptor (withOrphan), which takes a while. A
+// request on the same file meanwhile, which the request loop's reader
+// answers (fgetxattr), must not wait for the copy there: every other
+// request of the mount would wait with it.
+func TestOrphanCopyHoldsUpNoOtherRequest(t *testing.T) {
+	m := newMount(t, "")
+	bigFile(t, filepath.Join(m.base, "big"), 256)
+	// As in TestCopyUpHoldsUpNoOtherRequest, only a copy that ends
+	// before the lookups every time fails.
+	for try := 0; ; try++ {
+		x := m.create(fmt.Sprintf("x%d", try))
+		f, err := os.Open(filepath.Join(x, "big"))
+		must(t, err)
+		must(t, os.Remove(filepath.Join(x, "big")))
+		fd := int(f.Fd())
+		copying, changed := copyUpInFlight(t, m, "", func(string) error { return unix.Fchmod(fd, 0o600) })
+		asked := make(chan error, 1)
+		tid := make(chan int)
+		go func() {
+			runtime.LockOSThread() // the thread ends with the goroutine
+			tid <- unix.Gettid()
+			_, err := unix.Fgetxattr(fd, "user.k", make([]byte, 16))
+			asked <- err
+		}()
+		// The lookups go after the fgetxattr: its request is queued
+		// once its thread waits in the system call.
+		waitInSyscall(t, <-tid, unix.SYS_FGETXATTR, asked)
+		for i := 0; i < 5; i++ {
+			if _, err := os.Lstat(filepath.Join(x, fmt.Sprintf("missing-%d", i))); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("lookup of a missing name: %v", err)
+			}
+		}
+		var first bool
+		select {
+		case err := <-changed:
+			must(t, err)
+			first = true
+		default:
+			must(t, <-changed)
+		}
+		// Before the copy, the name is gone and nothing answers for the
+		// file's xattrs; after it, the copy does.
+		err = <-asked
+		if err != unix.ESTALE && err != unix.ENODATA {
+			t.Errorf("fgetxattr during the copy: %v", err)
+		}
+		t.Logf("try %d: fgetxattr: %v; the copy ended before the lookups: %v", try, err, first)
+		f.Close()
+		for deadline := time.Now().Add(10 * time.Second); copying(); {
+			if time.Now().After(deadline) {
+				t.Fatal("the copy is still open after its file's release")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if !first {
+			return
+		}
+		if try == 2 {
+			t.Fatalf("lookups waited for the copy of an orphaned file, %d times out of %d", try+1, try+1)
+		}
+	}
+}
+
+// waitInSyscall waits until thread tid of this process sleeps in system
+// call nr, or done has a value, which it leaves there.
+func waitInSyscall(t *testing.T, tid, nr int, done chan error) {
+	t.Helper()
+	p := fmt.Sprintf("/proc/self/task/%d/syscall", tid)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if len(done) > 0 {
+			return
+		}
+		data, err := os.ReadFile(p)
+		must(t, err)
+		if strings.HasPrefix(string(data), strconv.Itoa(nr)+" ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("thread %d not in system call %d: %s", tid, nr, data)
+		}
+	}
 }
