@@ -169,6 +169,19 @@ func (n *Node) withTop(write bool, fn func(h *fileHandle) syscall.Errno) (syscal
 	return fn(n.tops[0]), true
 }
 
+// withLower is withTop for n's open handles on a file of a lower layer:
+// a read of the extended attributes of a file whose name is gone
+// (fgetxattr of an unlinked open file, which carries no handle) answers
+// from one of them, as on a local filesystem.
+func (n *Node) withLower(fn func(h *fileHandle) syscall.Errno) (syscall.Errno, bool) {
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	if len(n.lowers) == 0 {
+		return 0, false
+	}
+	return fn(n.lowers[0]), true
+}
+
 // withOrphan runs fn as withTop does, for n whose name is gone from the
 // view: if n's only open handles read a lower layer's file, they first get
 // a copy of it in the view's top layer (branch.Detaching), so that a

@@ -519,6 +519,13 @@ func attrsOfOrphanedLowerFile(t *testing.T, passthrough string) {
 	buf := make([]byte, 64)
 	for _, f := range files {
 		fd := int(f.Fd())
+		// Before any change, the attributes are read from the base's file.
+		if n, err := unix.Fgetxattr(fd, "user.k", buf); err != nil || string(buf[:n]) != "v" {
+			t.Errorf("%s: fgetxattr before a change = %q, %v; want v", f.Name(), buf[:max(n, 0)], err)
+		}
+		if n, err := unix.Flistxattr(fd, buf); err != nil || string(buf[:max(n, 0)]) != "user.k\x00" {
+			t.Errorf("%s: flistxattr before a change = %q, %v; want user.k", f.Name(), buf[:max(n, 0)], err)
+		}
 		must(t, unix.Fchmod(fd, 0o600))
 		must(t, unix.Fchown(fd, 1000, 1000))
 		must(t, unix.UtimesNanoAt(fd, "", []unix.Timespec{{Sec: 1e9}, {Sec: 1e9}}, unix.AT_EMPTY_PATH))

@@ -35,7 +35,14 @@ func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	}
 	rel, ok := n.rel()
 	if !ok {
-		return 0, syscall.ESTALE
+		errno, ok := n.withLower(func(h *fileHandle) (errno syscall.Errno) {
+			sz, errno = getxattr(dest, func(buf []byte) (int, error) { return h.f.GetXattr(attr, buf) })
+			return errno
+		})
+		if !ok {
+			return 0, syscall.ESTALE
+		}
+		return sz, errno
 	}
 	return getxattr(dest, func(buf []byte) (int, error) { return n.view.GetXattr(rel, attr, buf) })
 }
@@ -65,10 +72,14 @@ func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 		return 0
 	}); !open {
 		rel, ok := n.rel()
-		if !ok {
+		if ok {
+			names, err = n.view.ListXattr(rel)
+		} else if _, open := n.withLower(func(h *fileHandle) syscall.Errno {
+			names, err = h.f.ListXattr()
+			return 0
+		}); !open {
 			return 0, syscall.ESTALE
 		}
-		names, err = n.view.ListXattr(rel)
 	}
 	if err != nil {
 		return 0, toErrno(err)
