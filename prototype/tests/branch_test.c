@@ -1322,21 +1322,91 @@ static int fork_event(int st)
 }
 
 /*
- * The signal a traced child stopped with, to deliver as it goes on: none
- * for the attach stop and for traps.
+ * The signal a tracee stopped with, to deliver as it goes on, as it would
+ * be untraced: none for a child's attach stop and for event stops.
  */
 static int signal_to_pass(int st)
 {
 	return WSTOPSIG(st) == SIGSTOP || WSTOPSIG(st) == SIGTRAP ? 0 : WSTOPSIG(st);
 }
 
+/*
+ * The tracer of a caller of branch() that trace_forks() let go, and of the
+ * children it forks: what a test does besides letting every stop go on.
+ */
+struct tracer {
+	const char *test;
+	pid_t caller;
+	long deadline;		/* now_ns() by which the caller must have ended */
+	/*
+	 * Optional: at the caller's first fork event, while the caller is
+	 * held there, so that the call's verdict cannot come meanwhile.
+	 */
+	void (*first_fork)(struct tracer *t);
+	/*
+	 * Optional: at the end of any other child of the tracer; with it,
+	 * trace_caller() waits for all of them, so that none ends unjudged.
+	 */
+	void (*other_ended)(struct tracer *t, int st);
+	void *ctx;		/* for the callbacks */
+	int forks;		/* the caller's fork events */
+	int attached;		/* children's attach stops */
+};
+
+/*
+ * Lets the caller and its traced children go on from every stop, each with
+ * the signal it stopped with (signal_to_pass()), until the caller ends. Returns the caller's
+ * wait status, or -1 (a failure) if it had not ended by the deadline: it
+ * is killed then, to meet no later test. It polls so that the deadline
+ * holds even when nothing stops or ends.
+ */
+static int trace_caller(struct tracer *t)
+{
+	int st, caller_st = -1;
+	pid_t w;
+
+	while ((w = waitpid(-1, &st, __WALL | WNOHANG)) >= 0) {
+		if (w == 0) {
+			if (now_ns() >= t->deadline)
+				break;
+			usleep(1000);
+		} else if (WIFEXITED(st) || WIFSIGNALED(st)) {
+			if (w != t->caller) {
+				if (t->other_ended)
+					t->other_ended(t, st);
+			} else {
+				caller_st = st;
+				if (!t->other_ended)
+					break;
+			}
+		} else if (WIFSTOPPED(st)) {
+			if (w == t->caller && fork_event(st)) {
+				if (!t->forks++ && t->first_fork)
+					t->first_fork(t);
+			} else if (w != t->caller && WSTOPSIG(st) == SIGSTOP) {
+				t->attached++;
+			}
+			ptrace(PTRACE_CONT, w, 0, signal_to_pass(st));
+		}
+	}
+	if (caller_st == -1) {
+		if (w)
+			fail(t->test, "waitpid: %s", strerror(errno));
+		else
+			fail(t->test, "the caller had not ended by the deadline");
+		kill(t->caller, SIGKILL);
+		waitpid(t->caller, NULL, __WALL);
+	}
+	return caller_st;
+}
+
 /* strace -f sees the children: PTRACE_EVENT_FORK and auto-attach. */
 static void test_traced(void)
 {
 	const char *test = "traced_fork_events";
-	int st, forks = 0, attached = 0;
-	long deadline = now_ns() + 20 * 1000000000L;
-	pid_t pid = fork(), w;
+	struct tracer t = { .test = test, .deadline = now_ns() + 20 * 1000000000L };
+	int st;
+	pid_t pid = fork();
 
 	if (pid == 0) {
 		pid_t pids[2];
@@ -1356,25 +1426,13 @@ static void test_traced(void)
 	}
 	if (trace_forks(test, pid))
 		return;
-	while (now_ns() < deadline) {
-		w = waitpid(-1, &st, __WALL);
-		if (w < 0)
-			break;
-		if (w == pid && (WIFEXITED(st) || WIFSIGNALED(st))) {
-			if (!exited(st, 0))
-				fail(test, "tracee ended with %#x", st);
-			break;
-		}
-		if (!WIFSTOPPED(st))
-			continue;
-		if (w == pid && fork_event(st))
-			forks++;
-		else if (w != pid && WSTOPSIG(st) == SIGSTOP)
-			attached++;
-		ptrace(PTRACE_CONT, w, 0, w == pid ? 0 : signal_to_pass(st));
-	}
-	if (forks != 2 || attached != 2)
-		fail(test, "%d PTRACE_EVENT_FORK stops and %d auto-attached children, want 2 and 2", forks, attached);
+	t.caller = pid;
+	st = trace_caller(&t);
+	if (st != -1 && !exited(st, 0))
+		fail(test, "tracee ended with %#x", st);
+	if (t.forks != 2 || t.attached != 2)
+		fail(test, "%d PTRACE_EVENT_FORK stops and %d auto-attached children, want 2 and 2",
+		     t.forks, t.attached);
 	while (waitpid(-1, &st, __WALL | WNOHANG) > 0)
 		;
 	if (wait_views(MNT, 0))
@@ -1796,6 +1854,46 @@ static void test_nproc_fs(void)
 }
 
 /*
+ * unstarted_child's checks at the caller's first fork event, before the
+ * verdict: nothing finds the child yet.
+ */
+static void unstarted_at_fork(struct tracer *t)
+{
+	char path[64], dir[256], files[4][320];
+	unsigned long msg = 0;
+	int st, pfd, i;
+	pid_t first;
+
+	ptrace(PTRACE_GETEVENTMSG, t->caller, 0, &msg);
+	first = msg;
+	snprintf(path, sizeof(path), "/proc/%d", first);
+	if (exists(path))
+		fail(t->test, "/proc/%d exists before the verdict", first);
+	if (kill(first, 0) == 0 || errno != ESRCH)
+		fail(t->test, "kill(child, 0) before the verdict: %s, want ESRCH",
+		     kill(first, 0) ? strerror(errno) : "found");
+	pfd = syscall(SYS_pidfd_open, first, 0);
+	if (pfd >= 0) {
+		fail(t->test, "pidfd_open(child) before the verdict found it");
+		close(pfd);
+	}
+	if (waitpid(first, &st, WNOHANG | __WALL) > 0)
+		fail(t->test, "the tracer's wait() reported the child before the verdict: %#x", st);
+	if (cgroup2_dir(t->caller, dir, sizeof(dir)))
+		fail(t->test, "no cgroup2 line in /proc/%d/cgroup", t->caller);
+	snprintf(files[0], sizeof(files[0]), "%s/cgroup.procs", dir);
+	snprintf(files[1], sizeof(files[1]), "%s/cgroup.threads", dir);
+	snprintf(files[2], sizeof(files[2]), "%s/tasks", CGROUP1);
+	snprintf(files[3], sizeof(files[3]), "%s/cgroup.procs", CGROUP1);
+	for (i = 0; i < 4; i++) {
+		if (pid_listed(files[i], t->caller) != 1)
+			fail(t->test, "%s does not list the caller", files[i]);
+		if (pid_listed(files[i], first) != 0)
+			fail(t->test, "%s lists the child before the verdict", files[i]);
+	}
+}
+
+/*
  * A child between its fork and the call's verdict is not published: no
  * pid lookup finds it (/proc, kill(), pidfd_open()), no wait() reports
  * it, not even its tracer's, though a tracer is told its pid at
@@ -1808,11 +1906,13 @@ static void test_nproc_fs(void)
 static void test_unstarted(void)
 {
 	const char *test = "unstarted_child";
-	long deadline = now_ns() + 20 * 1000000000L;
-	int st, st2, forks = 0, pfd, i;
-	unsigned long msg;
-	pid_t pid, w, first;
-	char path[64], dir[256], files[4][320];
+	struct tracer t = {
+		.test = test,
+		.deadline = now_ns() + 20 * 1000000000L,
+		.first_fork = unstarted_at_fork,
+	};
+	int st;
+	pid_t pid;
 
 	if (mount_cgroup2(test))
 		return;
@@ -1847,51 +1947,13 @@ static void test_unstarted(void)
 	}
 	if (trace_forks(test, pid))
 		return;
-	while (now_ns() < deadline) {
-		w = waitpid(-1, &st, __WALL);
-		if (w < 0)
-			break;
-		if (w == pid && (WIFEXITED(st) || WIFSIGNALED(st))) {
-			if (!exited(st, 0))
-				fail(test, "caller ended with %#x (1: BR_CREATE failed, 2: a child's end, "
-				     "3-5: children not listed after the verdict)", st);
-			break;
-		}
-		if (!WIFSTOPPED(st))
-			continue;
-		if (w == pid && fork_event(st) && !forks++) {
-			ptrace(PTRACE_GETEVENTMSG, pid, 0, &msg);
-			first = msg;
-			snprintf(path, sizeof(path), "/proc/%d", first);
-			if (exists(path))
-				fail(test, "/proc/%d exists before the verdict", first);
-			if (kill(first, 0) == 0 || errno != ESRCH)
-				fail(test, "kill(child, 0) before the verdict: %s, want ESRCH",
-				     kill(first, 0) ? strerror(errno) : "found");
-			pfd = syscall(SYS_pidfd_open, first, 0);
-			if (pfd >= 0) {
-				fail(test, "pidfd_open(child) before the verdict found it");
-				close(pfd);
-			}
-			if (waitpid(first, &st2, WNOHANG | __WALL) > 0)
-				fail(test, "the tracer's wait() reported the child before the verdict: %#x", st2);
-			if (cgroup2_dir(pid, dir, sizeof(dir)))
-				fail(test, "no cgroup2 line in /proc/%d/cgroup", pid);
-			snprintf(files[0], sizeof(files[0]), "%s/cgroup.procs", dir);
-			snprintf(files[1], sizeof(files[1]), "%s/cgroup.threads", dir);
-			snprintf(files[2], sizeof(files[2]), "%s/tasks", CGROUP1);
-			snprintf(files[3], sizeof(files[3]), "%s/cgroup.procs", CGROUP1);
-			for (i = 0; i < 4; i++) {
-				if (pid_listed(files[i], pid) != 1)
-					fail(test, "%s does not list the caller", files[i]);
-				if (pid_listed(files[i], first) != 0)
-					fail(test, "%s lists the child before the verdict", files[i]);
-			}
-		}
-		ptrace(PTRACE_CONT, w, 0, w == pid ? 0 : signal_to_pass(st));
-	}
-	if (forks != 2)
-		fail(test, "%d fork events, want 2", forks);
+	t.caller = pid;
+	st = trace_caller(&t);
+	if (st != -1 && !exited(st, 0))
+		fail(test, "caller ended with %#x (1: BR_CREATE failed, 2: a child's end, "
+		     "3-5: children not listed after the verdict)", st);
+	if (t.forks != 2)
+		fail(test, "%d fork events, want 2", t.forks);
 	if (sh->done != 2)
 		fail(test, "%d children ran, want 2", sh->done);
 	while (waitpid(-1, &st, __WALL | WNOHANG) > 0)
@@ -1901,6 +1963,19 @@ static void test_unstarted(void)
 	if (wait_views(MNT, 0))
 		fail(test, "%d branches left", count_views(MNT));
 	pass(test);
+}
+
+/* gate_cgroup_kill: the kill, while the caller's first child waits at the gate. */
+static void cgroup_kill_at_fork(struct tracer *t)
+{
+	if (write_file(t->ctx, "1"))
+		fail(t->test, "cgroup.kill: %s", strerror(errno));
+}
+
+static void cgroup_kill_ended(struct tracer *t, int st)
+{
+	if (!killed(st))
+		fail(t->test, "a child ended with %#x, not by SIGKILL", st);
 }
 
 /*
@@ -1914,10 +1989,16 @@ static void test_gate_cgroup_kill(void)
 {
 	const char *test = "gate_cgroup_kill";
 	const char *cg = CGROUP2 "/branch_test";
-	long deadline = now_ns() + 20 * 1000000000L;
-	int st, forks = 0, caller_killed = 0;
-	char path[128], buf[256];
-	pid_t pid, w;
+	char path[128], buf[256], kill_path[128];
+	struct tracer t = {
+		.test = test,
+		.deadline = now_ns() + 20 * 1000000000L,
+		.first_fork = cgroup_kill_at_fork,
+		.other_ended = cgroup_kill_ended,
+		.ctx = kill_path,
+	};
+	int st;
+	pid_t pid;
 
 	if (mount_cgroup2(test))
 		return;
@@ -1926,6 +2007,7 @@ static void test_gate_cgroup_kill(void)
 		return;
 	}
 	snprintf(path, sizeof(path), "%s/cgroup.procs", cg);
+	snprintf(kill_path, sizeof(kill_path), "%s/cgroup.kill", cg);
 	pid = fork();
 	if (pid == 0) {
 		char names[4][BR_NAME_MAX];
@@ -1940,29 +2022,14 @@ static void test_gate_cgroup_kill(void)
 	}
 	if (trace_forks(test, pid))
 		return;
-	while (now_ns() < deadline) {
-		w = waitpid(-1, &st, __WALL);
-		if (w < 0)
-			break;
-		if (WIFEXITED(st) || WIFSIGNALED(st)) {
-			if (w == pid)
-				caller_killed = killed(st);
-			else if (!killed(st))
-				fail(test, "a child ended with %#x, not by SIGKILL", st);
-			continue;
-		}
-		if (w == pid && fork_event(st) && !forks++) {
-			snprintf(buf, sizeof(buf), "%s/cgroup.kill", cg);
-			if (write_file(buf, "1"))
-				fail(test, "cgroup.kill: %s", strerror(errno));
-		}
-		ptrace(PTRACE_CONT, w, 0, 0);
-	}
-	if (!caller_killed)
-		fail(test, "the caller was not killed");
+	t.caller = pid;
+	st = trace_caller(&t);
+	if (st != -1 && !killed(st))
+		fail(test, "the caller was not killed: %#x", st);
 	/* Every task of the cgroup is gone, the child too. */
 	snprintf(path, sizeof(path), "%s/cgroup.events", cg);
-	while ((read_file(path, buf, sizeof(buf)) || !strstr(buf, "populated 0")) && now_ns() < deadline)
+	while ((read_file(path, buf, sizeof(buf)) || !strstr(buf, "populated 0")) &&
+	       now_ns() < t.deadline)
 		usleep(1000);
 	if (!strstr(buf, "populated 0"))
 		fail(test, "tasks left in the cgroup: %s", buf);
@@ -2900,6 +2967,37 @@ static void *oom_unmapper(void *arg)
 }
 
 /*
+ * gate_oom, with the caller held at its fork event: once the caller has
+ * given up its copy, a hog of *ctx bytes needs the memory the child holds.
+ */
+static void oom_at_fork(struct tracer *t)
+{
+	size_t hog = *(size_t *)t->ctx;
+	int st;
+	pid_t h;
+
+	set_step(1);
+	while (!sh->err[1])
+		usleep(1000);
+	if (sh->err[1] != 1)
+		fail(t->test, "the caller could not make itself unkillable");
+	h = fork();
+	if (h == 0) {
+		char *m = mmap(NULL, hog, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		size_t off;
+
+		if (m == MAP_FAILED)
+			_exit(1);
+		for (off = 0; off < hog; off += 4096)
+			m[off] = 1;
+		_exit(0);
+	}
+	if (waitpid(h, &st, 0) != h || !exited(st, 0))
+		fail(t->test, "the hog ended with %#x", st);
+}
+
+/*
  * The OOM killer sees a child that waits at the gate: the caller held at
  * its fork event unmaps its copy of a large region and makes itself
  * unkillable, so the child, which holds the only copy, is the one task
@@ -2911,10 +3009,16 @@ static void test_gate_oom(void)
 {
 	const char *test = "gate_oom";
 	const char *stores[] = { "/data/store", "/data/store2", "/data/store3" };
-	long avail = mem_available_kib(), deadline = now_ns() + 120 * 1000000000L;
+	long avail = mem_available_kib();
 	size_t big = (size_t)avail * 1024 / 2, hog = (size_t)avail * 1024 * 3 / 4;
-	int st, forks = 0, i;
-	pid_t pid, w, h;
+	struct tracer t = {
+		.test = test,
+		.deadline = now_ns() + 120 * 1000000000L,
+		.first_fork = oom_at_fork,
+		.ctx = &hog,
+	};
+	int st, i;
+	pid_t pid;
 
 	if (avail <= 0) {
 		fail(test, "no MemAvailable in /proc/meminfo");
@@ -2953,40 +3057,11 @@ static void test_gate_oom(void)
 	}
 	if (trace_forks(test, pid))
 		goto out;
-	while (now_ns() < deadline) {
-		w = waitpid(-1, &st, __WALL);
-		if (w < 0)
-			break;
-		if (w == pid && (WIFEXITED(st) || WIFSIGNALED(st))) {
-			if (!exited(st, 3))
-				fail(test, "caller ended with %#x, want exit 3 (BR_CREATE failed with EINTR: "
-				     "its child was killed at the gate); 4: created, 5: another error", st);
-			break;
-		}
-		if (!WIFSTOPPED(st))
-			continue;
-		if (w == pid && fork_event(st) && !forks++) {
-			set_step(1);
-			while (!sh->err[1])
-				usleep(1000);
-			if (sh->err[1] != 1)
-				fail(test, "the caller could not make itself unkillable");
-			h = fork();
-			if (h == 0) {
-				char *m = mmap(NULL, hog, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-				size_t off;
-
-				if (m == MAP_FAILED)
-					_exit(1);
-				for (off = 0; off < hog; off += 4096)
-					m[off] = 1;
-				_exit(0);
-			}
-			if (waitpid(h, &st, 0) != h || !exited(st, 0))
-				fail(test, "the hog ended with %#x", st);
-		}
-		ptrace(PTRACE_CONT, w, 0, w == pid ? 0 : signal_to_pass(st));
-	}
+	t.caller = pid;
+	st = trace_caller(&t);
+	if (st != -1 && !exited(st, 3))
+		fail(test, "caller ended with %#x, want exit 3 (BR_CREATE failed with EINTR: "
+		     "its child was killed at the gate); 4: created, 5: another error", st);
 	while (waitpid(-1, &st, __WALL | WNOHANG) > 0)
 		;
 out:
@@ -2999,6 +3074,37 @@ out:
 
 #define FREEZER1 "/tmp/freezer1"
 
+/* gate_freeze, with the caller held at its fork event: both freezers. */
+static void freeze_at_fork(struct tracer *t)
+{
+	char buf[64] = "";
+	int i;
+
+	/*
+	 * A task that was running when FROZEN was written is frozen only
+	 * by the next write, as for any cgroup v1 freezer user: write it
+	 * until the state is FROZEN.
+	 */
+	for (i = 0; i < 5000; i++) {
+		if (write_file(FREEZER1 "/branch_test/freezer.state", "FROZEN")) {
+			fail(t->test, "freezer.state FROZEN: %s", strerror(errno));
+			break;
+		}
+		if (!read_file(FREEZER1 "/branch_test/freezer.state", buf, sizeof(buf)) &&
+		    !strncmp(buf, "FROZEN", 6))
+			break;
+		usleep(1000);
+	}
+	if (strncmp(buf, "FROZEN", 6))
+		fail(t->test, "the cgroup freezer stays %.8s with a child at the gate", buf);
+	write_file(FREEZER1 "/branch_test/freezer.state", "THAWED");
+	write_file("/sys/module/suspend/parameters/pm_test_delay", "1");
+	if (!write_file("/sys/power/pm_test", "freezer") &&
+	    write_file("/sys/power/state", "freeze"))
+		fail(t->test, "suspend's freezer, with a child at the gate: %s", strerror(errno));
+	write_file("/sys/power/pm_test", "none");
+}
+
 /*
  * The freezers freeze a child waiting at the gate, and the caller held at
  * its fork event; both go on once thawed: cgroup v1's freezer (it reaches
@@ -3010,10 +3116,13 @@ static void test_gate_freeze(void)
 {
 	const char *test = "gate_freeze";
 	const char *cg = FREEZER1 "/branch_test";
-	long deadline = now_ns() + 60 * 1000000000L;
-	int st, forks = 0, i;
-	char buf[64] = "";
-	pid_t pid, w;
+	struct tracer t = {
+		.test = test,
+		.deadline = now_ns() + 60 * 1000000000L,
+		.first_fork = freeze_at_fork,
+	};
+	int st;
+	pid_t pid;
 
 	if ((mkdir(FREEZER1, 0755) && errno != EEXIST) || mount("cgroup", FREEZER1, "cgroup", 0, "freezer")) {
 		fail(test, "mount a cgroup v1 freezer hierarchy: %s", strerror(errno));
@@ -3050,46 +3159,13 @@ static void test_gate_freeze(void)
 	}
 	if (trace_forks(test, pid))
 		goto out;
-	while (now_ns() < deadline) {
-		w = waitpid(-1, &st, __WALL);
-		if (w < 0)
-			break;
-		if (w == pid && (WIFEXITED(st) || WIFSIGNALED(st))) {
-			if (!exited(st, 0))
-				fail(test, "caller ended with %#x (1: BR_CREATE failed, 2: a child's end, 3: setup)", st);
-			break;
-		}
-		if (!WIFSTOPPED(st))
-			continue;
-		if (w == pid && fork_event(st) && !forks++) {
-			/*
-			 * A task that was running when FROZEN was written is
-			 * frozen only by the next write, as for any cgroup v1
-			 * freezer user: write it until the state is FROZEN.
-			 */
-			for (i = 0; i < 5000; i++) {
-				if (write_file(FREEZER1 "/branch_test/freezer.state", "FROZEN")) {
-					fail(test, "freezer.state FROZEN: %s", strerror(errno));
-					break;
-				}
-				if (!read_file(FREEZER1 "/branch_test/freezer.state", buf, sizeof(buf)) &&
-				    !strncmp(buf, "FROZEN", 6))
-					break;
-				usleep(1000);
-			}
-			if (strncmp(buf, "FROZEN", 6))
-				fail(test, "the cgroup freezer stays %.8s with a child at the gate", buf);
-			write_file(FREEZER1 "/branch_test/freezer.state", "THAWED");
-			write_file("/sys/module/suspend/parameters/pm_test_delay", "1");
-			if (!write_file("/sys/power/pm_test", "freezer") &&
-			    write_file("/sys/power/state", "freeze"))
-				fail(test, "suspend's freezer, with a child at the gate: %s", strerror(errno));
-			write_file("/sys/power/pm_test", "none");
-		}
-		ptrace(PTRACE_CONT, w, 0, w == pid ? 0 : signal_to_pass(st));
-	}
-	if (forks != 2)
-		fail(test, "%d fork events, want 2", forks);
+	t.caller = pid;
+	st = trace_caller(&t);
+	if (st != -1 && !exited(st, 0))
+		fail(test, "caller ended with %#x (1: BR_CREATE failed, 2: a child's end, "
+		     "3: setup)", st);
+	if (t.forks != 2)
+		fail(test, "%d fork events, want 2", t.forks);
 	if (sh->done != 2)
 		fail(test, "%d children ran, want 2", sh->done);
 	while (waitpid(-1, &st, __WALL | WNOHANG) > 0)
@@ -3119,6 +3195,46 @@ static void *session_mover(void *arg)
 	return NULL;
 }
 
+#define SENDERS 600
+
+/* gate_session_pinned's senders of SIGCONT, which live until the test ends. */
+struct senders {
+	pid_t pid[SENDERS];
+	int n;			/* how many started */
+};
+
+/*
+ * gate_session_pinned, with the caller held at its fork event: once it is
+ * in a session of its own, start the senders, each in a new session.
+ */
+static void session_at_fork(struct tracer *t)
+{
+	struct senders *s = t->ctx;
+	pid_t p;
+
+	set_step(1);
+	while (!sh->err[1])
+		usleep(1000);
+	if (sh->err[1] != 1)
+		fail(t->test, "setsid: %s", strerror(-sh->err[1]));
+	for (s->n = 0; s->n < SENDERS; s->n++) {
+		p = fork();
+		if (p == 0) {
+			if (setsid() < 0 || setuid(65534))
+				_exit(1);
+			kill(-1, SIGCONT);
+			__atomic_add_fetch(&sh->err[2], 1, __ATOMIC_ACQ_REL);
+			pause();
+			_exit(0);
+		}
+		if (p < 0)
+			break;
+		s->pid[s->n] = p;
+	}
+	while (sh->err[2] < s->n && now_ns() < t->deadline)
+		usleep(1000);
+}
+
 /*
  * A child waiting at the gate keeps its process group and session alive.
  * The caller is the last member of a session whose leader is gone; held
@@ -3133,12 +3249,16 @@ static void *session_mover(void *arg)
 static void test_gate_session_pinned(void)
 {
 	const char *test = "gate_session_pinned";
-	enum { SENDERS = 600 };
-	long deadline = now_ns() + 120 * 1000000000L;
-	static pid_t senders[SENDERS];
+	struct senders senders = { .n = 0 };
+	struct tracer t = {
+		.test = test,
+		.deadline = now_ns() + 120 * 1000000000L,
+		.first_fork = session_at_fork,
+		.ctx = &senders,
+	};
 	cpu_set_t all, one;
-	int st, forks = 0, i, n = 0;
-	pid_t leader, pid = 0, w;
+	int st, i;
+	pid_t leader, pid = 0;
 
 	reset_shared();
 	/*
@@ -3191,52 +3311,20 @@ static void test_gate_session_pinned(void)
 	pid = sh->pids[0];
 	if (trace_forks(test, pid))
 		goto out;
-	while (now_ns() < deadline) {
-		w = waitpid(-1, &st, __WALL);
-		if (w < 0)
-			break;
-		if (w == pid && (WIFEXITED(st) || WIFSIGNALED(st))) {
-			if (!exited(st, 0))
-				fail(test, "caller ended with %#x (exit 2: the child got a SIGCONT from uid %d, "
-				     "3: BR_CREATE failed, 4: no child)", st, sh->err[3] - 1);
-			break;
-		}
-		if (!WIFSTOPPED(st))
-			continue;
-		if (w == pid && fork_event(st) && !forks++) {
-			set_step(1);
-			while (!sh->err[1])
-				usleep(1000);
-			if (sh->err[1] != 1)
-				fail(test, "setsid: %s", strerror(-sh->err[1]));
-			/* Senders, each in a new session, alive until the end. */
-			for (n = 0; n < SENDERS; n++) {
-				senders[n] = fork();
-				if (senders[n] == 0) {
-					if (setsid() < 0 || setuid(65534))
-						_exit(1);
-					kill(-1, SIGCONT);
-					__atomic_add_fetch(&sh->err[2], 1, __ATOMIC_ACQ_REL);
-					pause();
-					_exit(0);
-				}
-				if (senders[n] < 0)
-					break;
-			}
-			while (sh->err[2] < n && now_ns() < deadline)
-				usleep(1000);
-		}
-		ptrace(PTRACE_CONT, w, 0, w == pid ? 0 : signal_to_pass(st));
-	}
-	if (forks != 1)
-		fail(test, "%d fork events, want 1", forks);
-	if (n < SENDERS / 2)
-		fail(test, "only %d senders started", n);
+	t.caller = pid;
+	st = trace_caller(&t);
+	if (st != -1 && !exited(st, 0))
+		fail(test, "caller ended with %#x (exit 2: the child got a SIGCONT from uid %d, "
+		     "3: BR_CREATE failed, 4: no child)", st, sh->err[3] - 1);
+	if (t.forks != 1)
+		fail(test, "%d fork events, want 1", t.forks);
+	if (senders.n < SENDERS / 2)
+		fail(test, "only %d senders started", senders.n);
 out:
-	for (i = 0; i < n; i++)
-		kill(senders[i], SIGKILL);
-	for (i = 0; i < n; i++)
-		waitpid(senders[i], &st, 0);
+	for (i = 0; i < senders.n; i++)
+		kill(senders.pid[i], SIGKILL);
+	for (i = 0; i < senders.n; i++)
+		waitpid(senders.pid[i], &st, 0);
 	while (waitpid(-1, &st, __WALL | WNOHANG) > 0)
 		;
 	sched_setaffinity(0, sizeof(all), &all);
