@@ -29,7 +29,7 @@ func main() {
 	}
 	out := flag.String("out", "bench/results", "where RESULTS.md and results.svg go")
 	quick := flag.Bool("quick", false, "smaller sizes, for a smoke run")
-	only := flag.String("only", "", "run only these workloads (comma-separated: create,commit,io,meta,tree,build,depth,memory)")
+	only := flag.String("only", "", "run only these workloads (comma-separated: create,commit,io,write,meta,tree,build,depth,memory)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: needs root (FUSE mounts, dropping caches)")
@@ -60,7 +60,7 @@ func main() {
 	workloads := []struct {
 		name string
 		fn   func()
-	}{{"create", b.createLatency}, {"commit", b.commitAbort}, {"io", b.throughput},
+	}{{"create", b.createLatency}, {"commit", b.commitAbort}, {"io", b.throughput}, {"write", b.write},
 		{"meta", b.metadata}, {"tree", b.tree}, {"build", b.build}, {"depth", b.lookupDepth}, {"memory", b.memory}}
 	for _, w := range workloads {
 		if *only == "" || strings.Contains(","+*only+",", ","+w.name+",") {
