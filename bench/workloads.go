@@ -273,8 +273,9 @@ func (b *bench) throughput() {
 // taking turns among the systems too; and before each write whatever is
 // dirty is written back and the caches are dropped, so that no system
 // writes while another's data is being written back, or into a page cache
-// that another filled. Single writes still vary by about 5% here: 21
-// rounds give the ratio within a round an interval of about ±3%.
+// that another filled. Single writes still vary by about 5% here; over
+// 21 rounds the interval of the ratio within a round spans a few percent
+// either side.
 func (b *bench) write() {
 	size, rounds := int64(512<<20), 21
 	if b.quick {
