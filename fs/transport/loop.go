@@ -67,10 +67,17 @@ import (
 //
 // The runtime still has to be able to stop the reader, to collect garbage
 // or to preempt it: it does so with a signal, which ends ppoll with EINTR
-// (poll calls are never restarted), after which the reader yields. A
-// reader idle for fastWait blocks in read(2) instead, so that an idle
-// daemon lets the runtime sleep; the first request after that pays the
-// handoff.
+// (poll calls are never restarted), after which the reader waits in
+// read(2), an ordinary system call, in which the runtime can scan and
+// stop it without its help. (Yielding and polling again instead, the
+// reader was back in ppoll before a garbage collector on the same CPU saw
+// it stopped: with both on one CPU, the collector signalled it thousands
+// of times a second, and the daemon spun for minutes.) A reader idle for
+// fastWait blocks in read(2) too, so that an idle daemon lets the runtime
+// sleep; the first request after that pays the handoff. With one P
+// (GOMAXPROCS=1) the reader always waits in read(2): kept in ppoll, the
+// P would be no one else's, and a request answered off the reader could
+// not go on until a request came or the runtime preempted the reader.
 type Loop struct {
 	fd  int
 	ps  *fuse.ProtocolServer
@@ -227,27 +234,22 @@ func (l *Loop) handOn() {
 
 // read waits for a request and reads it into buf.
 func (l *Loop) read(buf []byte) (int, error) {
-	for {
+	if runtime.GOMAXPROCS(0) > 1 {
 		l.pfd[0].Revents = 0
 		l.idle = unix.NsecToTimespec(int64(fastWait)) // ppoll leaves the time left in it
 		_, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&l.pfd[0])), 1,
 			uintptr(unsafe.Pointer(&l.idle)), 0, 0, 0)
-		switch {
-		case errno == unix.EINTR:
-			// Most likely the runtime asking to stop this goroutine:
-			// to collect garbage, or because it has run for 10 ms
-			// without rescheduling.
-			runtime.Gosched()
-			continue
-		case errno != 0:
+		if errno != 0 && errno != unix.EINTR {
 			return 0, errno
 		}
-		// A request (POLLIN), the end of the connection (POLLERR, and
-		// read says ENODEV), or fastWait without one: read blocks then,
-		// as an ordinary system call the runtime can hand the P off
-		// from, and which signals do not end.
-		return unix.Read(l.fd, buf)
 	}
+	// A request (POLLIN), the end of the connection (POLLERR, and read
+	// says ENODEV), fastWait without one, or a signal (EINTR: most
+	// likely the runtime asking to stop this goroutine, to collect
+	// garbage or because it has run for 10 ms without rescheduling):
+	// read blocks then, as an ordinary system call the runtime can hand
+	// the P off from, and which signals do not end.
+	return unix.Read(l.fd, buf)
 }
 
 // answer handles the request in b.in[:n] and writes the reply, the
