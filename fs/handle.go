@@ -70,7 +70,7 @@ func (n *Node) newHandle(f *branch.File, same bool, size int64, flags uint32) (*
 		// The writes of a writer that joined it would bypass the
 		// daemon, which counts them (branch/quota.go).
 	default:
-		h.pass = n.passthroughAllowed(f.Writable(), size)
+		h.pass = n.fsys.passthroughAllowed(f.Writable(), size)
 	}
 	if h.pass {
 		n.openPass++
@@ -149,11 +149,11 @@ func (n *Node) isBound() bool {
 // makes the kernel drop the file's atime, so that the next stat of the
 // file costs a GETATTR round trip (git status in the main view sent one
 // per file it had read the time before).
-func (n *Node) passthroughAllowed(write bool, size int64) bool {
-	if write || size < n.fsys.opts.PassthroughMinSize {
+func (f *FS) passthroughAllowed(write bool, size int64) bool {
+	if write || size < f.opts.PassthroughMinSize {
 		return false
 	}
-	return n.fsys.opts.Passthrough != PassthroughOff
+	return f.opts.Passthrough != PassthroughOff
 }
 
 // withTop runs fn on one of n's open handles on its file in the view's top

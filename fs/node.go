@@ -126,8 +126,7 @@ func (n *Node) newChild(ctx context.Context, name string, e *branch.Entry, out *
 // that caused it is in, and the caller's next call often came first.
 func (f *FS) setEntry(out *fuse.EntryOut, e *branch.Entry) {
 	fillAttr(&out.Attr, &e.Stat)
-	if e.Lower() && e.Stat.Mode&syscall.S_IFMT == syscall.S_IFREG && f.opts.Passthrough != PassthroughOff &&
-		e.Stat.Size >= f.opts.PassthroughMinSize {
+	if e.Lower() && e.Stat.Mode&syscall.S_IFMT == syscall.S_IFREG && f.passthroughAllowed(false, e.Stat.Size) {
 		return
 	}
 	out.SetEntryTimeout(f.opts.Timeout)
